@@ -1,0 +1,31 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "CoalescingOperations",
+    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9), .visionOS(.v1)],
+    products: [
+        .library(name: "CoalescingOperations", targets: ["CoalescingOperations"]),
+        .executable(name: "coalescing-demo", targets: ["coalescing-demo"]),
+    ],
+    targets: [
+        // The library: no dependencies.
+        .target(name: "CoalescingOperations"),
+
+        // Worked examples: a user fetch and a networking layer over URLSession.
+        .target(name: "Examples", dependencies: ["CoalescingOperations"]),
+
+        // A small HTTP/1.1 server on 127.0.0.1 that the example tests and the demo talk to.
+        .target(name: "FixtureHTTPServer"),
+
+        .executableTarget(
+            name: "coalescing-demo",
+            dependencies: ["CoalescingOperations", "Examples", "FixtureHTTPServer"]
+        ),
+
+        .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations"]),
+        .testTarget(name: "ExamplesTests", dependencies: ["Examples", "FixtureHTTPServer", "CoalescingOperations"]),
+        .testTarget(name: "FixtureHTTPServerTests", dependencies: ["FixtureHTTPServer"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

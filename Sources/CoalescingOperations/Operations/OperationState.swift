@@ -1,0 +1,191 @@
+import Foundation
+
+/// The one state machine behind every ``ConcurrentOperation``: its lifecycle as Foundation sees
+/// it, and the callers waiting for its result.
+///
+/// Two things are tracked apart, because Foundation forbids tying them together:
+/// - the **result** is decided once (`isResolved`), by `finish(result:)`, `cancel()` or the last
+///   caller withdrawing, and is handed to the callers at that moment;
+/// - the **lifecycle** (`phase`) only reaches `.finished` once the queue has called `start()`:
+///   an operation that reports finished before its queue started it corrupts the queue.
+///
+/// Every method here is pure bookkeeping, run under the operation's lock; the operation performs
+/// the effects (KVO, delivery, manager callbacks) afterwards, with no lock held.
+struct OperationState<Value> {
+    enum Phase {
+        /// Created; not claimed by a manager and not started.
+        case idle
+        /// Admitted by an ``OperationQueueManager`` and waiting for its queue to start it.
+        case enqueued
+        /// Riding on another operation's work: it never runs, and finishes when it is served.
+        case absorbed
+        /// Started by its queue (or by hand) and not finished yet.
+        case executing
+        /// Done, as far as Foundation is concerned.
+        case finished
+    }
+
+    /// What `start()` must do.
+    enum StartAction {
+        /// Call `main()`.
+        case run
+        /// The result was decided before the queue started the operation: report finished now.
+        case finishWithoutRunning
+        /// Already started, absorbed or finished: starting again changes nothing.
+        case ignore
+    }
+
+    /// What the winner of `resolve()` must do after releasing the lock.
+    struct Resolution {
+        var callers: ContiguousArray<Subscriber<Value>?>
+        /// The lifecycle keys to post while moving to `.finished`, or nil to leave the phase alone.
+        var finishingKeys: [String]?
+        var registration: Registration?
+    }
+
+    /// How a manager finds the index entry that this operation fills.
+    struct Registration {
+        weak var manager: OperationQueueManager?
+        let key: OperationKey
+    }
+
+    private(set) var phase = Phase.idle
+    private(set) var isResolved = false
+    private var callers: ContiguousArray<Subscriber<Value>?> = []
+    /// Non-nil entries of `callers`; withdrawing leaves a hole so that slots stay valid.
+    private var liveCallers = 0
+    /// Absorbed operations may not absorb others, so delivery never nests more than one level.
+    private var hasAbsorbed = false
+    /// The operation this one rode on, and its slot there, while absorbed.
+    private(set) var host: (operation: ConcurrentOperation<Value>, slot: Int)?
+    private var registration: Registration?
+    private var priority: PriorityRequests?
+
+    init(caller: Subscriber<Value>?) {
+        if let caller {
+            callers.append(caller)
+            liveCallers = 1
+        }
+    }
+
+    // MARK: Lifecycle
+
+    /// Claims an idle operation for a queue, so that it is never added to a second one.
+    mutating func claim(registration: Registration?, priority: OperationPriority?) -> Bool {
+        guard phase == .idle, !isResolved else { return false }
+        phase = .enqueued
+        self.registration = registration
+        // The thread that admitted the operation applies raised priorities once it is queued.
+        self.priority = priority.map { PriorityRequests(current: $0, isApplying: true) }
+        return true
+    }
+
+    mutating func begin() -> StartAction {
+        guard phase == .idle || phase == .enqueued else { return .ignore }
+        if isResolved {
+            phase = .finished
+            return .finishWithoutRunning
+        }
+        phase = .executing
+        return .run
+    }
+
+    /// Decides the result. Only the first call wins; it takes every caller still waiting.
+    mutating func resolve() -> Resolution? {
+        guard !isResolved else { return nil }
+        isResolved = true
+        let finishingKeys: [String]? =
+            switch phase {
+            case .executing: [LifecycleKey.isExecuting, LifecycleKey.isFinished]
+            case .absorbed: [LifecycleKey.isFinished]
+            case .idle, .enqueued, .finished: nil
+            }
+        let resolution = Resolution(callers: callers, finishingKeys: finishingKeys, registration: registration)
+        callers = []
+        liveCallers = 0
+        host = nil
+        registration = nil
+        return resolution
+    }
+
+    /// Called by the winner of `resolve()`, between its KVO `willChange` and `didChange`.
+    mutating func markFinished() {
+        phase = .finished
+    }
+
+    // MARK: Callers
+
+    /// Whether more callers may still join this operation's work.
+    var acceptsCallers: Bool {
+        !isResolved && phase != .absorbed
+    }
+
+    /// Adds a caller; returns its slot, or nil when the work is already decided.
+    mutating func subscribe(_ caller: Subscriber<Value>) -> Int? {
+        guard acceptsCallers else { return nil }
+        callers.append(caller)
+        liveCallers += 1
+        return callers.count - 1
+    }
+
+    /// Whether this operation may ride on another's work.
+    var canBeAbsorbed: Bool {
+        phase == .idle && !isResolved && !hasAbsorbed
+    }
+
+    /// Records that this operation now rides on `host`, in `slot`. Check `canBeAbsorbed` first.
+    mutating func becomeAbsorbed(by host: ConcurrentOperation<Value>, slot: Int) {
+        phase = .absorbed
+        self.host = (host, slot)
+    }
+
+    /// Adds an absorbed operation as a caller. Check `acceptsCallers` first.
+    mutating func absorb(_ operation: ConcurrentOperation<Value>) -> Int {
+        hasAbsorbed = true
+        callers.append(.operation(operation))
+        liveCallers += 1
+        return callers.count - 1
+    }
+
+    /// Removes the caller in `slot`, if it is still waiting.
+    ///
+    /// - Returns: The removed caller, which is owed a `.cancelled`; and whether the work is now
+    ///   wanted by nobody and should be cancelled. A nil `slot` stands for an operation enqueued
+    ///   with no caller of its own: withdrawing it only abandons work that nobody else joined.
+    mutating func withdraw(slot: Int?) -> (removed: Subscriber<Value>?, abandoned: Bool) {
+        guard !isResolved else { return (nil, false) }
+        guard let slot else { return (nil, liveCallers == 0) }
+        guard callers.indices.contains(slot), let removed = callers[slot] else { return (nil, false) }
+        callers[slot] = nil
+        liveCallers -= 1
+        return (removed, liveCallers == 0)
+    }
+
+    // MARK: Priority
+
+    /// Records a joining caller's priority. Returns true when the caller must apply it
+    /// (see `ConcurrentOperation.applyRequestedPriority()`), because no other thread is.
+    mutating func request(_ wanted: OperationPriority) -> Bool {
+        guard phase == .enqueued, var priority else { return false }
+        let raised = priority.requested.raised(to: wanted)
+        guard raised != priority.requested else { return false }
+        priority.requested = raised
+        let mustApply = !priority.isApplying
+        priority.isApplying = true
+        self.priority = priority
+        return mustApply
+    }
+
+    /// The next priority to write to Foundation, or nil (and the applying thread released) when
+    /// everything requested has been written.
+    mutating func nextPriorityToApply() -> OperationPriority? {
+        guard var priority else { return nil }
+        defer { self.priority = priority }
+        guard priority.applied != priority.requested else {
+            priority.isApplying = false
+            return nil
+        }
+        priority.applied = priority.requested
+        return priority.applied
+    }
+}

@@ -1,0 +1,36 @@
+import CoalescingOperations
+import Foundation
+
+/// A coalescible operation whose work is a closure, counting how often its work started.
+final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendable {
+    // @unchecked: adds only immutable properties to CoalescibleOperation.
+    private let work: @Sendable (TestOperation<Value>) -> Void
+    private let starts: Counter?
+
+    /// - Parameters:
+    ///   - work: Runs as `main()`; must end in `finish(result:)`, now or later.
+    ///   - starts: Incremented each time any operation sharing it starts its work.
+    init(
+        _ identifier: String = "work",
+        callBackQueue: OperationQueue,
+        starts: Counter? = nil,
+        work: @escaping @Sendable (TestOperation<Value>) -> Void,
+        completionHandler: @escaping (Result<Value, Error>) -> Void
+    ) {
+        self.work = work
+        self.starts = starts
+        super.init(identifier: identifier, callBackQueue: callBackQueue, completionHandler: completionHandler)
+    }
+
+    /// An operation with no caller of its own.
+    init(_ identifier: String = "work", starts: Counter? = nil, work: @escaping @Sendable (TestOperation<Value>) -> Void) {
+        self.work = work
+        self.starts = starts
+        super.init(identifier: identifier)
+    }
+
+    override func main() {
+        starts?.increment()
+        work(self)
+    }
+}
