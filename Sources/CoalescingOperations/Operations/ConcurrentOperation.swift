@@ -145,16 +145,18 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - Returns: False if the result had already been decided.
     func resolve(with result: Result<Value, Error>, into batch: inout DeliveryBatch<Value>) -> Bool {
         guard let resolution = state.withLock({ $0.resolve() }) else { return false }
-        if let keys = resolution.finishingKeys {
-            postingChanges(to: keys) { state.withLock { $0.markFinished() } }
-        }
         if let registration = resolution.registration {
             registration.manager?.operationDidResolve(self, key: registration.key)
         }
+        // Absorbed operations finish here, before this one does: once a queue sees this operation
+        // finished (and `waitUntilAllOperationsAreFinished()` returns), so have they.
         for caller in resolution.callers {
             if let caller {
                 batch.add(caller, result)
             }
+        }
+        if let keys = state.withLock({ $0.settle() }) {
+            postingChanges(to: keys) { state.withLock { $0.markFinished() } }
         }
         return true
     }
@@ -188,7 +190,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         case absorbed(applyPriority: Bool)
         /// The operation cannot ride on anything: it is queued, absorbed, started or decided.
         case operationUnavailable
-        /// This operation takes no more callers: its result is decided.
+        /// This operation takes no more operations: its result is decided, or it rides on another.
         case hostUnavailable
     }
 
@@ -199,7 +201,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         guard operation !== self else { return .operationUnavailable }
         return withBothStates(self, operation) { host, joiner in
             guard joiner.canBeAbsorbed else { return .operationUnavailable }
-            guard host.acceptsCallers else { return .hostUnavailable }
+            guard host.canAbsorb else { return .hostUnavailable }
             joiner.becomeAbsorbed(by: self, slot: host.absorb(operation))
             let applyPriority = priority.map { host.request($0) } ?? false
             return .absorbed(applyPriority: applyPriority)

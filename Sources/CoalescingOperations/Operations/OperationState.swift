@@ -5,9 +5,13 @@ import Foundation
 ///
 /// Two things are tracked apart, because Foundation forbids tying them together:
 /// - the **result** is decided once (`isResolved`), by `finish(result:)`, `cancel()` or the last
-///   caller withdrawing, and is handed to the callers at that moment;
-/// - the **lifecycle** (`phase`) only reaches `.finished` once the queue has called `start()`:
-///   an operation that reports finished before its queue started it corrupts the queue.
+///   caller withdrawing, and is handed to the callers at that moment; the operation is *settled*
+///   once every caller, absorbed operations included, has been given it;
+/// - the **lifecycle** (`phase`) reaches `.finished` only once the operation is settled *and* the
+///   queue has called `start()`: an operation that reports finished before its queue started it
+///   corrupts the queue, and one that reports finished before its absorbed operations would let
+///   `waitUntilAllOperationsAreFinished()` return too early. Whichever of `start()` and settling
+///   comes last moves it to `.finished`.
 ///
 /// Every method here is pure bookkeeping, run under the operation's lock; the operation performs
 /// the effects (KVO, delivery, manager callbacks) afterwards, with no lock held.
@@ -29,17 +33,17 @@ struct OperationState<Value> {
     enum StartAction {
         /// Call `main()`.
         case run
-        /// The result was decided before the queue started the operation: report finished now.
+        /// The result was decided and handed out before the queue started the operation: the
+        /// operation is now finished.
         case finishWithoutRunning
-        /// Already started, absorbed or finished: starting again changes nothing.
+        /// Already started, absorbed or finished, or still handing out a result decided before the
+        /// start (settling then finishes it): nothing to do.
         case ignore
     }
 
-    /// What the winner of `resolve()` must do after releasing the lock.
+    /// What the winner of `resolve()` must hand out after releasing the lock.
     struct Resolution {
         var callers: ContiguousArray<Subscriber<Value>?>
-        /// The lifecycle keys to post while moving to `.finished`, or nil to leave the phase alone.
-        var finishingKeys: [String]?
         var registration: Registration?
     }
 
@@ -51,6 +55,8 @@ struct OperationState<Value> {
 
     private(set) var phase = Phase.idle
     private(set) var isResolved = false
+    /// Every caller has been given the result.
+    private var isSettled = false
     private var callers: ContiguousArray<Subscriber<Value>?> = []
     /// Non-nil entries of `callers`; withdrawing leaves a hole so that slots stay valid.
     private var liveCallers = 0
@@ -82,25 +88,19 @@ struct OperationState<Value> {
 
     mutating func begin() -> StartAction {
         guard phase == .idle || phase == .enqueued else { return .ignore }
-        if isResolved {
+        if isSettled {
             phase = .finished
             return .finishWithoutRunning
         }
         phase = .executing
-        return .run
+        return isResolved ? .ignore : .run
     }
 
     /// Decides the result. Only the first call wins; it takes every caller still waiting.
     mutating func resolve() -> Resolution? {
         guard !isResolved else { return nil }
         isResolved = true
-        let finishingKeys: [String]? =
-            switch phase {
-            case .executing: [LifecycleKey.isExecuting, LifecycleKey.isFinished]
-            case .absorbed: [LifecycleKey.isFinished]
-            case .idle, .enqueued, .finished: nil
-            }
-        let resolution = Resolution(callers: callers, finishingKeys: finishingKeys, registration: registration)
+        let resolution = Resolution(callers: callers, registration: registration)
         callers = []
         liveCallers = 0
         host = nil
@@ -108,7 +108,19 @@ struct OperationState<Value> {
         return resolution
     }
 
-    /// Called by the winner of `resolve()`, between its KVO `willChange` and `didChange`.
+    /// Records that the winner of `resolve()` has handed out the result. Returns the lifecycle
+    /// keys to post while it moves the operation to `.finished` (see `markFinished()`), or nil
+    /// when `start()` has not run yet and will finish it.
+    mutating func settle() -> [String]? {
+        isSettled = true
+        return switch phase {
+        case .executing: [LifecycleKey.isExecuting, LifecycleKey.isFinished]
+        case .absorbed: [LifecycleKey.isFinished]
+        case .idle, .enqueued, .finished: nil
+        }
+    }
+
+    /// Called after `settle()` returned keys, between their KVO `willChange` and `didChange`.
     mutating func markFinished() {
         phase = .finished
     }
@@ -117,6 +129,12 @@ struct OperationState<Value> {
 
     /// Whether more callers may still join this operation's work.
     var acceptsCallers: Bool {
+        !isResolved
+    }
+
+    /// Whether other operations may ride on this one's work: not if it rides on another itself,
+    /// so that delivery never nests more than one level.
+    var canAbsorb: Bool {
         !isResolved && phase != .absorbed
     }
 
@@ -139,7 +157,7 @@ struct OperationState<Value> {
         self.host = (host, slot)
     }
 
-    /// Adds an absorbed operation as a caller. Check `acceptsCallers` first.
+    /// Adds an absorbed operation as a caller. Check `canAbsorb` first.
     mutating func absorb(_ operation: ConcurrentOperation<Value>) -> Int {
         hasAbsorbed = true
         callers.append(.operation(operation))

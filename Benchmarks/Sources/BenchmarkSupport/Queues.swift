@@ -1,0 +1,27 @@
+import Foundation
+
+/// The queues the benchmarks use.
+public enum Queues {
+    /// A concurrent work queue; a suspended one holds its operations pending while callers join.
+    public static func work(suspended: Bool) -> OperationQueue {
+        let queue = OperationQueue()
+        queue.name = "work"
+        queue.isSuspended = suspended
+        return queue
+    }
+
+    /// A serial callback queue, like the main queue a UI app calls back on.
+    public static func callbacks(_ index: Int = 0) -> OperationQueue {
+        let queue = OperationQueue()
+        queue.name = "callbacks \(index)"
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }
+
+    /// Waits until every queue is empty, so that no work spills into the next measured region.
+    public static func drain(_ queues: [OperationQueue]) {
+        for queue in queues {
+            queue.waitUntilAllOperationsAreFinished()
+        }
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+
+/// The coalescible operation users copy from the blog posts (seeds 000 and 003), kept naive on
+/// purpose so the benchmarks can compare against it.
+///
+/// What makes it naive, and is kept as is:
+/// - its state is an enum guarded by an `NSRecursiveLock`, and every change posts
+///   `willChange`/`didChange` for both the old and the new key while the lock is held;
+/// - ``coalesce(operation:)`` nests completion closures: each joining caller wraps the previous
+///   handler in a new closure that calls it and then hops to the caller's queue with one
+///   `addOperation` of its own. The chain is as deep as the number of callers, both when it runs
+///   and when it is released.
+///
+/// Known bugs kept as they are: cancelling or finishing an operation before its queue started it
+/// reports `isFinished` to a queue that never started it (swift-corelibs-foundation then unlinks
+/// it from only one of its two lists), and a long chain of callers overflows the stack. The
+/// benchmarks never cancel a naive operation and never finish one before it started, and keep the
+/// number of naive callers at or below 10,000 wherever the chain runs (see BENCHMARKS.md).
+///
+/// Ported to Swift 6 as a user would: `Value` is `Sendable` and handlers are `@Sendable`, because
+/// `OperationQueue.addOperation(_:)` takes a `@Sendable` block and the result crosses queues in it.
+open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sendable {
+    // @unchecked: `_state` and `completionHandler` are only read or written while `lock` is held
+    // (except the final read of `completionHandler` on the callback queue, after the operation has
+    // finished and can no longer be coalesced: the blog's code does the same).
+
+    /// Operations with equal identifiers (and the same `Value`) do the same work.
+    public let identifier: String
+
+    /// The queue the completion handler is called on.
+    public let callBackQueue: OperationQueue
+
+    /// The caller's handler; coalescing replaces it with a closure that also calls the newcomer's.
+    public private(set) var completionHandler: @Sendable (Result<Value, Error>) -> Void
+
+    /// Recursive because the KVO notifications posted under it read the state back on this thread.
+    private let lock = NSRecursiveLock()
+
+    private enum State: String {
+        case ready = "isReady"
+        case executing = "isExecuting"
+        case finished = "isFinished"
+    }
+
+    private var _state = State.ready {
+        willSet {
+            willChangeValue(forKey: newValue.rawValue)
+            willChangeValue(forKey: _state.rawValue)
+        }
+        didSet {
+            didChangeValue(forKey: oldValue.rawValue)
+            didChangeValue(forKey: _state.rawValue)
+        }
+    }
+
+    private var state: State {
+        get {
+            lock.lock()
+            defer { lock.unlock() }
+            return _state
+        }
+        set {
+            lock.lock()
+            defer { lock.unlock() }
+            _state = newValue
+        }
+    }
+
+    public init(
+        identifier: String,
+        callBackQueue: OperationQueue = OperationQueue.current ?? .main,
+        completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
+    ) {
+        self.identifier = identifier
+        self.callBackQueue = callBackQueue
+        self.completionHandler = completionHandler
+        super.init()
+    }
+
+    // MARK: Lifecycle
+
+    open override var isReady: Bool { super.isReady && state == .ready }
+    open override var isExecuting: Bool { state == .executing }
+    open override var isFinished: Bool { state == .finished }
+    open override var isAsynchronous: Bool { true }
+
+    open override func start() {
+        guard !isCancelled else {
+            finish(result: .failure(NaiveCoalescingError.cancelled))
+            return
+        }
+        state = .executing
+        main()
+    }
+
+    /// Finishes the operation and sends `result` to the (nested) completion handler.
+    public func finish(result: Result<Value, Error>) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !isFinished else { return }
+        state = .finished
+        callBackQueue.addOperation {
+            self.completionHandler(result)
+        }
+    }
+
+    open override func cancel() {
+        super.cancel()
+        finish(result: .failure(NaiveCoalescingError.cancelled))
+    }
+
+    // MARK: Coalescing
+
+    /// Makes `operation`'s caller a caller of this operation by nesting its handler in ours.
+    ///
+    /// - Returns: False if this operation already finished.
+    @discardableResult
+    public func coalesce(operation: NaiveCoalescibleOperation<Value>) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !isFinished else { return false }
+        let initialCompletionHandler = completionHandler
+        let additionalCompletionHandler = operation.completionHandler
+        let additionalCallBackQueue = operation.callBackQueue
+        completionHandler = { result in
+            initialCompletionHandler(result)
+            additionalCallBackQueue.addOperation {
+                additionalCompletionHandler(result)
+            }
+        }
+        return true
+    }
+}
