@@ -1,5 +1,6 @@
 import Benchmark
 
 let benchmarks: @Sendable () -> Void = {
-    Benchmark("smoke") { _ in }
+    Benchmark("smoke", configuration: .init(metrics: [.wallClock, .mallocCountTotal])) { _ in }
+    Benchmark("smoke2", configuration: .init(metrics: [.wallClock, .mallocCountTotal])) { b in b.startMeasurement(); b.stopMeasurement() }
 }

@@ -188,6 +188,13 @@ public final class OperationQueueManager: @unchecked Sendable {
 
     // MARK: Bookkeeping
 
+    /// How many callers wait for the work in flight for `identifier` and `valueType`; for tests.
+    func waitingCallers<Value>(identifier: String, valueType: Value.Type) -> Int {
+        let key = OperationKey(identifier: identifier, valueType: valueType)
+        guard let entry = inFlight.withLock({ $0[key] }) else { return 0 }
+        return unsafeDowncast(entry, to: CoalescibleOperation<Value>.self).state.withLock { $0.waitingCallers }
+    }
+
     /// Forgets `operation`'s entry, unless new work has taken its key since.
     func operationDidResolve(_ operation: Operation, key: OperationKey) {
         inFlight.withLock { inFlight in

@@ -127,6 +127,11 @@ struct OperationState<Value> {
 
     // MARK: Callers
 
+    /// How many callers wait for the result (an absorbed operation counts as one).
+    var waitingCallers: Int {
+        liveCallers
+    }
+
     /// Whether more callers may still join this operation's work.
     var acceptsCallers: Bool {
         !isResolved

@@ -1,0 +1,152 @@
+import BenchmarkSupport
+import CoalescingOperations
+import Foundation
+import NaiveCoalescing
+
+/// One iteration's world: a suspended work queue holding `pending` unrelated operations and one
+/// piece of shared work (identifier "shared"), which callers then join through one ``CallerPath``.
+///
+/// Everything is built in `init`, outside the measured region. The measured methods are
+/// ``join(_:)``, ``enqueueDistinctWork()`` and ``finishSharedWork()``; ``runToCompletion()`` and
+/// ``drain()`` tear down outside it, waiting (never sleeping) until every callback ran and every
+/// queue is empty, so that nothing spills into the next measurement.
+final class CoalescingScenario {
+    let path: CallerPath
+    let workQueue = Queues.work(suspended: true)
+    let callbackQueues: [OperationQueue]
+    private let manager: OperationQueueManager
+    private let naiveManager: NaiveOperationQueueManager
+
+    /// Counts the shared work's callers down: the first one plus every joiner.
+    private let countdown: Countdown
+    private let handler: @Sendable (Result<Int, Error>) -> Void
+    private let ignore: @Sendable (Result<Int, Error>) -> Void = { _ in }
+
+    /// Set when the shared work is held: its queue started it and it waits for `finish(result:)`.
+    private let started = DispatchSemaphore(value: 0)
+    private var heldWork: HeldWork?
+    private var naiveHeldWork: NaiveHeldWork?
+
+    /// - Parameters:
+    ///   - joiners: How many callers will join (the shared work's first caller is extra).
+    ///   - pending: Unrelated operations enqueued before the shared work.
+    ///   - callbackQueueCount: Callers are spread round-robin over this many serial queues.
+    ///   - held: Whether the shared work stays executing until ``finishSharedWork()``, rather than
+    ///     finishing as soon as it starts.
+    init(path: CallerPath, joiners: Int, pending: Int = 0, callbackQueueCount: Int = 1, held: Bool = false) {
+        self.path = path
+        callbackQueues = (0..<callbackQueueCount).map(Queues.callbacks)
+        manager = OperationQueueManager(queue: workQueue)
+        naiveManager = NaiveOperationQueueManager(queue: workQueue)
+        countdown = Countdown(joiners + 1)
+        handler = countdown.handler()
+
+        let firstQueue = callbackQueues[0]
+        for index in 0..<pending {
+            let identifier = "pending-\(index)"
+            if path == .naive {
+                naiveManager.enqueue(
+                    operation: NaiveInstantWork(identifier: identifier, callBackQueue: firstQueue, completionHandler: ignore))
+            } else {
+                manager.enqueue(
+                    operation: InstantWork(identifier: identifier, callBackQueue: firstQueue, completionHandler: ignore))
+            }
+        }
+
+        switch (path, held) {
+        case (.oursOperation, false):
+            manager.enqueue(operation: InstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler))
+        case (.oursOperation, true):
+            let work = HeldWork(identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
+            heldWork = work
+            manager.enqueue(operation: work)
+        case (.oursHandler, _):
+            manager.enqueue(
+                identifier: "shared", callBackQueue: firstQueue,
+                makeOperation: { () -> CoalescibleOperation<Int> in
+                    guard held else { return InstantWork(identifier: "shared") }
+                    let work = HeldWork(identifier: "shared", started: started)
+                    heldWork = work
+                    return work
+                },
+                completionHandler: handler)
+        case (.naive, false):
+            naiveManager.enqueue(
+                operation: NaiveInstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler))
+        case (.naive, true):
+            let work = NaiveHeldWork(identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
+            naiveHeldWork = work
+            naiveManager.enqueue(operation: work)
+        }
+    }
+
+    // MARK: Measured
+
+    /// `count` callers join the shared work, each as a user would call the API: the operation
+    /// paths build one operation per caller. The handler closure is built once, so no closure is
+    /// allocated per caller.
+    func join(_ count: Int) {
+        let queues = callbackQueues
+        let handler = handler
+        switch path {
+        case .oursOperation:
+            for index in 0..<count {
+                let queue = queues[index % queues.count]
+                manager.enqueue(operation: InstantWork(identifier: "shared", callBackQueue: queue, completionHandler: handler))
+            }
+        case .oursHandler:
+            for index in 0..<count {
+                let queue = queues[index % queues.count]
+                manager.enqueue(
+                    identifier: "shared", callBackQueue: queue,
+                    makeOperation: { () -> CoalescibleOperation<Int> in InstantWork(identifier: "shared") },
+                    completionHandler: handler)
+            }
+        case .naive:
+            for index in 0..<count {
+                let queue = queues[index % queues.count]
+                naiveManager.enqueue(
+                    operation: NaiveInstantWork(identifier: "shared", callBackQueue: queue, completionHandler: handler))
+            }
+        }
+    }
+
+    /// One caller enqueues work with an identifier nothing else has: new work, no coalescing.
+    func enqueueDistinctWork() {
+        let queue = callbackQueues[0]
+        switch path {
+        case .oursOperation, .oursHandler:
+            manager.enqueue(operation: InstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore))
+        case .naive:
+            naiveManager.enqueue(
+                operation: NaiveInstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore))
+        }
+    }
+
+    /// Finishes the held shared work from this thread and waits until every caller was called back.
+    func finishSharedWork() {
+        heldWork?.finish(result: .success(42))
+        naiveHeldWork?.finish(result: .success(42))
+        countdown.wait()
+    }
+
+    // MARK: Set-up and tear-down
+
+    /// Resumes the work queue and, for held work, waits until its queue has started it.
+    func startHeldWork() {
+        workQueue.isSuspended = false
+        started.wait()
+    }
+
+    /// Resumes the work queue, waits for every caller of the shared work, then drains all queues.
+    func runToCompletion() {
+        workQueue.isSuspended = false
+        countdown.wait()
+        drain()
+    }
+
+    /// Waits until the work queue and every callback queue are empty.
+    func drain() {
+        Queues.drain([workQueue] + callbackQueues)
+    }
+}
