@@ -1,6 +1,15 @@
 import Benchmark
 
+/// Workloads 1-4: `OperationQueueManager` against the blog's naive manager and a raw
+/// `OperationQueue`. Every benchmark measures wall-clock time and malloc calls; medians per
+/// iteration are reported, and `Scripts/ratios.py` divides them per caller and sets each against
+/// its baseline.
 let benchmarks: @Sendable () -> Void = {
-    Benchmark("smoke", configuration: .init(metrics: [.wallClock, .mallocCountTotal])) { _ in }
-    Benchmark("smoke2", configuration: .init(metrics: [.wallClock, .mallocCountTotal])) { b in b.startMeasurement(); b.stopMeasurement() }
+    Benchmark.defaultConfiguration = .init(metrics: [.wallClock, .mallocCountTotal], warmupIterations: 1)
+
+    registerJoinBenchmarks()
+    registerJoinAmongPendingBenchmarks()
+    registerFanOutBenchmarks()
+    registerDistinctWorkBenchmarks()
+    registerUniqueThroughputBenchmarks()
 }

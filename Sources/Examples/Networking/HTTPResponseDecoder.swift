@@ -1,0 +1,31 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Turns what a data task hands its completion into a decoded value or an error, checking in
+/// order: the transport error, an HTTP response, a 2xx status, a non-empty body, valid JSON.
+enum HTTPResponseDecoder {
+    static func decode<Value: Decodable>(
+        _ type: Value.Type, data: Data?, response: URLResponse?, error: Error?
+    ) -> Result<Value, Error> {
+        if let error {
+            return .failure(error)
+        }
+        guard let response = response as? HTTPURLResponse else {
+            return .failure(NetworkingError.missingData)
+        }
+        guard (200...299).contains(response.statusCode) else {
+            return .failure(NetworkingError.invalidStatusCode(response.statusCode))
+        }
+        guard let data, !data.isEmpty else {
+            return .failure(NetworkingError.missingData)
+        }
+        do {
+            return .success(try JSONDecoder().decode(Value.self, from: data))
+        } catch {
+            return .failure(NetworkingError.serialization)
+        }
+    }
+}

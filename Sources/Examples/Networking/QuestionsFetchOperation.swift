@@ -1,0 +1,83 @@
+import CoalescingOperations
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Fetches one page of questions with a `URLSession` data task. Identical requests (the same URL)
+/// coalesce; cancelling the work cancels the data task.
+public final class QuestionsFetchOperation: CoalescibleOperation<QuestionPage>, @unchecked Sendable {
+    // @unchecked: `dataTask` is guarded by `lock`; the other properties are immutable.
+
+    /// The page requested.
+    public let url: URL
+    private let session: URLSession
+    private let onRequest: @Sendable (URL) -> Void
+    private let lock = NSLock()
+    private var dataTask: URLSessionDataTask?
+
+    /// Creates a fetch whose caller is `completionHandler`.
+    ///
+    /// - Parameters:
+    ///   - url: The page to fetch; also the operation's identifier.
+    ///   - session: The session that runs the data task.
+    ///   - onRequest: Called when the request is sent, for logging or metrics.
+    ///   - callBackQueue: Where `completionHandler` runs.
+    ///   - completionHandler: Called once with the page; a transport error (`URLError`); a
+    ///     ``NetworkingError``; or `ConcurrentOperationError.cancelled`.
+    public init(
+        url: URL,
+        session: URLSession,
+        onRequest: @escaping @Sendable (URL) -> Void = { _ in },
+        callBackQueue: OperationQueue = OperationQueue.current ?? .main,
+        completionHandler: @escaping (Result<QuestionPage, Error>) -> Void
+    ) {
+        self.url = url
+        self.session = session
+        self.onRequest = onRequest
+        super.init(identifier: url.absoluteString, callBackQueue: callBackQueue, completionHandler: completionHandler)
+    }
+
+    /// Creates a fetch with no caller of its own, for `OperationQueueManager.value(of:)` and the
+    /// manager's closure-based `enqueue`.
+    ///
+    /// - Parameters:
+    ///   - url: The page to fetch; also the operation's identifier.
+    ///   - session: The session that runs the data task.
+    ///   - onRequest: Called when the request is sent, for logging or metrics.
+    public init(url: URL, session: URLSession, onRequest: @escaping @Sendable (URL) -> Void = { _ in }) {
+        self.url = url
+        self.session = session
+        self.onRequest = onRequest
+        super.init(identifier: url.absoluteString)
+    }
+
+    /// Starts the data task; its completion finishes the operation.
+    public override func main() {
+        var request = URLRequest(url: url)
+        request.httpMethod = "GET"
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        let task = session.dataTask(with: request) { data, response, error in
+            self.finish(result: HTTPResponseDecoder.decode(QuestionPage.self, data: data, response: response, error: error))
+        }
+        // Checked under the lock that `cancel()` takes after marking the operation cancelled, so
+        // a cancellation racing this start either sees the task or stops it from being sent.
+        let shouldStart = lock.withLock {
+            guard !isCancelled else { return false }
+            dataTask = task
+            return true
+        }
+        if shouldStart {
+            onRequest(url)
+            task.resume()
+        }
+    }
+
+    /// Cancels the work for every caller and stops the data task; for an absorbed operation,
+    /// withdraws its caller only.
+    public override func cancel() {
+        super.cancel()
+        lock.withLock { dataTask }?.cancel()
+    }
+}

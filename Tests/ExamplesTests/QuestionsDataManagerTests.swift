@@ -1,0 +1,169 @@
+@testable import CoalescingOperations
+import Examples
+import FixtureHTTPServer
+import Foundation
+import XCTest
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The networking example against a real HTTP server on 127.0.0.1, counting what reaches it.
+final class QuestionsDataManagerTests: XCTestCase {
+    private typealias Fixtures = FixtureHTTPServer.Fixtures
+
+    private var server: FixtureHTTPServer!
+    private var session: URLSession!
+    private var questions: QuestionsDataManager!
+    private var queueManager: OperationQueueManager!
+    private let callbacks = OperationQueue()
+
+    override func setUpWithError() throws {
+        server = try FixtureHTTPServer(routes: [Fixtures.questionsPath: .json(Fixtures.questionsPage)])
+        session = makeSession()
+        queueManager = OperationQueueManager()
+        questions = QuestionsDataManager(queueManager: queueManager, session: session, baseURL: server.baseURL)
+    }
+
+    override func tearDown() {
+        session.invalidateAndCancel()
+        server.stop()
+    }
+
+    func testFiveConcurrentFetchesSendOneRequest() {
+        let results = Results<QuestionPage>()
+        server.holdResponses()
+
+        let admissions = (0..<5).map { _ in
+            questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append).admission
+        }
+        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+        server.releaseResponses()
+
+        XCTAssertTrue(results.wait(for: 5))
+        XCTAssertEqual(admissions, [.startedWork] + Array(repeating: .joinedWork, count: 4))
+        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 1)
+        XCTAssertEqual(results.values.count, 5)
+        XCTAssertEqual(results.values.first?.items.count, Fixtures.questionsPageItemCount)
+        XCTAssertEqual(results.values.first?.hasMore, true)
+        XCTAssertEqual(results.values.first?.items.first?.id, 1)
+        XCTAssertTrue(results.values.allSatisfy { $0 == results.values.first }, "every caller got the same page")
+    }
+
+    func testAFetchAfterTheFirstCompletedSendsASecondRequest() {
+        let results = Results<QuestionPage>()
+
+        questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+        XCTAssertTrue(results.wait(for: 1))
+        questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+        XCTAssertTrue(results.wait(for: 1))
+
+        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 2)
+        XCTAssertEqual(results.values.count, 2)
+    }
+
+    func testDifferentPagesAreDifferentRequests() {
+        let results = Results<QuestionPage>()
+        server.holdResponses()
+
+        questions.fetchQuestions(page: 1, callBackQueue: callbacks, completionHandler: results.append)
+        questions.fetchQuestions(page: 2, callBackQueue: callbacks, completionHandler: results.append)
+        XCTAssertTrue(server.waitForRequests(2, timeout: .seconds(10)))
+        server.releaseResponses()
+
+        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertEqual(Set(server.receivedRequests.compactMap(\.query)).count, 2)
+    }
+
+    func testErrorResponsesBecomeNetworkingErrors() {
+        let cases: [(FixtureResponse, NetworkingError)] = [
+            (.status(404), .invalidStatusCode(404)),
+            (.status(500), .invalidStatusCode(500)),
+            (.emptyBody, .missingData),
+            (.malformedJSON, .serialization),
+        ]
+        for (response, expected) in cases {
+            server.setRoute(Fixtures.questionsPath, response)
+            let results = Results<QuestionPage>()
+
+            questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+
+            XCTAssertTrue(results.wait(for: 1))
+            XCTAssertEqual(results.errors.first as? NetworkingError, expected, "for \(response.statusCode)")
+        }
+    }
+
+    func testAnUnreachableServerFailsWithTheTransportError() {
+        let results = Results<QuestionPage>()
+        server.stop()
+
+        questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+
+        XCTAssertTrue(results.wait(for: 1))
+        XCTAssertTrue(results.errors.first is URLError, "got \(results.all)")
+    }
+
+    func testWhenEveryCallerWithdrawsTheDataTaskIsCancelled() {
+        let results = Results<QuestionPage>()
+        server.holdResponses()
+        let handles = (0..<3).map { _ in
+            questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+        }
+        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+
+        handles.forEach { $0.cancel() }
+
+        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertEqual(results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled, .cancelled, .cancelled])
+        XCTAssertTrue(server.waitForAbandonedRequests(1, timeout: .seconds(10)), "the client hung up")
+    }
+
+    func testOneCallerWithdrawingLeavesTheRequestForTheOthers() {
+        let results = Results<QuestionPage>()
+        server.holdResponses()
+        let handles = (0..<3).map { _ in
+            questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+        }
+        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+
+        handles[0].cancel()
+        XCTAssertTrue(results.wait(for: 1))
+        server.releaseResponses()
+
+        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertEqual(results.values.count, 2)
+        XCTAssertEqual(results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled])
+        XCTAssertEqual(server.abandonedRequestCount, 0)
+    }
+
+    func testConcurrentAsyncCallersSendOneRequest() async throws {
+        server.holdResponses()
+        let questions = self.questions!
+        let callers = (0..<5).map { _ in Task { try await questions.questions() } }
+        let arrived = await server.waitForRequests(1, timeout: .seconds(10))
+        XCTAssertTrue(arrived)
+        // Every caller has joined once the manager shows them waiting; the request is held meanwhile.
+        await waitForCallers(5)
+        server.releaseResponses()
+
+        var pages: [QuestionPage] = []
+        for caller in callers {
+            pages.append(try await caller.value)
+        }
+        XCTAssertEqual(pages.count, 5)
+        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 1)
+    }
+
+    /// Waits until `count` callers wait for the first page.
+    private func waitForCallers(_ count: Int) async {
+        let manager = queueManager!
+        let identifier = questions.url().absoluteString
+        let deadline = ContinuousClock.now + .seconds(10)
+        while manager.waitingCallers(identifier: identifier, valueType: QuestionPage.self) < count,
+            ContinuousClock.now < deadline
+        {
+            await Task.yield()
+        }
+        XCTAssertEqual(manager.waitingCallers(identifier: identifier, valueType: QuestionPage.self), count)
+    }
+}

@@ -1,0 +1,106 @@
+@testable import CoalescingOperations
+import Examples
+import FixtureHTTPServer
+import Foundation
+import XCTest
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The user-fetch example: three parts of the app asking at launch cost one fetch.
+final class UserDataManagerTests: XCTestCase {
+    private let ada = User(id: 42, name: "Ada Lovelace", email: "ada@example.com")
+    private let callbacks = OperationQueue()
+
+    /// A service that counts its loads and answers each once `release` is signalled.
+    private func heldService(loads: Counter, release: DispatchSemaphore, user: User) -> UserService {
+        UserService { completion in
+            loads.increment()
+            DispatchQueue.global().async {
+                release.wait()
+                completion(.success(user))
+            }
+        }
+    }
+
+    func testThreeCallersAtLaunchShareOneFetch() {
+        let loads = Counter()
+        let release = DispatchSemaphore(value: 0)
+        let users = UserDataManager(
+            queueManager: OperationQueueManager(), service: heldService(loads: loads, release: release, user: ada))
+        let results = Results<User>()
+
+        let admissions = ["tab bar", "profile header", "notification badge"].map { _ in
+            users.fetchUser(callBackQueue: callbacks, completionHandler: results.append).admission
+        }
+        release.signal()
+
+        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertEqual(admissions, [.startedWork, .joinedWork, .joinedWork])
+        XCTAssertEqual(results.values, [ada, ada, ada])
+        XCTAssertEqual(loads.current, 1)
+    }
+
+    func testTheSeedStyleOperationCoalescesWithTheDataManagersCallers() {
+        let loads = Counter()
+        let release = DispatchSemaphore(value: 0)
+        let service = heldService(loads: loads, release: release, user: ada)
+        let manager = OperationQueueManager()
+        let users = UserDataManager(queueManager: manager, service: service)
+        let results = Results<User>()
+
+        users.fetchUser(callBackQueue: callbacks, completionHandler: results.append)
+        let joined = manager.enqueue(
+            operation: UserFetchOperation(service: service, callBackQueue: callbacks, completionHandler: results.append))
+        release.signal()
+
+        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertEqual(joined.admission, .joinedWork)
+        XCTAssertEqual(loads.current, 1)
+    }
+
+    func testAsyncCallersShareOneFetch() async throws {
+        let loads = Counter()
+        let release = DispatchSemaphore(value: 0)
+        let manager = OperationQueueManager()
+        let users = UserDataManager(queueManager: manager, service: heldService(loads: loads, release: release, user: ada))
+
+        let callers = (0..<3).map { _ in Task { try await users.user() } }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while manager.waitingCallers(identifier: UserFetchOperation.identifier, valueType: User.self) < 3,
+            ContinuousClock.now < deadline
+        {
+            await Task.yield()
+        }
+        release.signal()
+
+        for caller in callers {
+            let user = try await caller.value
+            XCTAssertEqual(user, ada)
+        }
+        XCTAssertEqual(loads.current, 1)
+    }
+
+    func testOverHTTPThreeConcurrentFetchesSendOneRequest() throws {
+        let server = try FixtureHTTPServer(routes: [FixtureHTTPServer.Fixtures.userPath: .json(FixtureHTTPServer.Fixtures.user)])
+        defer { server.stop() }
+        let session = makeSession()
+        defer { session.invalidateAndCancel() }
+        let users = UserDataManager(
+            queueManager: OperationQueueManager(),
+            service: .http(url: server.url(for: FixtureHTTPServer.Fixtures.userPath), session: session))
+        let results = Results<User>()
+        server.holdResponses()
+
+        for _ in 0..<3 {
+            users.fetchUser(callBackQueue: callbacks, completionHandler: results.append)
+        }
+        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+        server.releaseResponses()
+
+        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertEqual(results.values, [ada, ada, ada])
+        XCTAssertEqual(server.requestCount, 1)
+    }
+}
