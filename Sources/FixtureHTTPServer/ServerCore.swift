@@ -2,9 +2,9 @@ import Dispatch
 import Foundation
 
 #if canImport(Darwin)
-    import Darwin
+import Darwin
 #elseif canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// The shared engine behind a ``FixtureHTTPServer``: it owns the listening socket and the server threads.
@@ -126,13 +126,13 @@ final class ServerCore: Sendable {
     /// visible to Swift.
     private static func nameCurrentThread(_ name: String) {
         #if canImport(Darwin)
-            pthread_setname_np(name)
+        pthread_setname_np(name)
         #else
-            let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-            guard fd >= 0 else { return }
-            let bytes = Array(name.utf8.prefix(15))
-            _ = write(fd, bytes, bytes.count)
-            SocketIO.closeDescriptor(fd)
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        let bytes = Array(name.utf8.prefix(15))
+        _ = write(fd, bytes, bytes.count)
+        SocketIO.closeDescriptor(fd)
         #endif
     }
 }

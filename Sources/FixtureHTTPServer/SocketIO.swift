@@ -1,7 +1,7 @@
 #if canImport(Darwin)
-    import Darwin
+import Darwin
 #elseif canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// Thin wrappers over the BSD socket calls the server needs, hiding the Darwin/Glibc differences.
@@ -22,9 +22,9 @@ enum SocketIO {
     /// - Throws: ``FixtureHTTPServerError`` naming the call that failed.
     static func makeLoopbackListener() throws -> (fd: Int32, port: UInt16) {
         #if canImport(Darwin)
-            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
         #else
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #endif
         guard fd >= 0 else { throw FixtureHTTPServerError(operation: "socket", errorNumber: errno) }
         do {
@@ -35,7 +35,7 @@ enum SocketIO {
 
             var address = sockaddr_in()
             #if canImport(Darwin)
-                address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
+            address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
             #endif
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = 0  // Let the kernel pick a free port.
@@ -70,8 +70,8 @@ enum SocketIO {
                 setNonBlocking(fd, false)
                 setCloseOnExec(fd)
                 #if canImport(Darwin)
-                    var noSignal: Int32 = 1
-                    _ = setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &noSignal, socklen_t(MemoryLayout<Int32>.size))
+                var noSignal: Int32 = 1
+                _ = setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &noSignal, socklen_t(MemoryLayout<Int32>.size))
                 #endif
                 // A client that stops reading must not pin a connection thread in send() forever.
                 var sendTimeout = timeval(tv_sec: 5, tv_usec: 0)
@@ -131,9 +131,9 @@ enum SocketIO {
     /// - Returns: Whether every byte was handed to the kernel.
     static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         #if canImport(Darwin)
-            let flags: Int32 = 0  // SO_NOSIGPIPE is set on accept instead.
+        let flags: Int32 = 0  // SO_NOSIGPIPE is set on accept instead.
         #else
-            let flags = Int32(MSG_NOSIGNAL)
+        let flags = Int32(MSG_NOSIGNAL)
         #endif
         var offset = 0
         while offset < bytes.count {
@@ -177,9 +177,9 @@ enum SocketIO {
     /// Closes a descriptor.
     static func closeDescriptor(_ fd: Int32) {
         #if canImport(Darwin)
-            _ = Darwin.close(fd)
+        _ = Darwin.close(fd)
         #else
-            _ = Glibc.close(fd)
+        _ = Glibc.close(fd)
         #endif
     }
 

@@ -31,7 +31,8 @@ struct DemoOptions {
                 coalescing = false
             case "--base-url":
                 guard let value = remaining.popFirst() else { throw UsageError(description: "--base-url needs a URL") }
-                guard let url = URL(string: value), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+                guard let url = URL(string: value), url.scheme == "http" || url.scheme == "https", url.host != nil
+                else {
                     throw UsageError(description: "--base-url: '\(value)' is not an http(s) URL")
                 }
                 baseURL = url

@@ -88,7 +88,9 @@ final class LaunchScript: Sendable {
 
         // The question list asks four times while its request is in flight, then the user pulls
         // to refresh during that same request.
-        for caller in ["question list", "question list (scrolled)", "question list (tab re-selected)", "question list (rotated)"] {
+        for caller in [
+            "question list", "question list (scrolled)", "question list (tab re-selected)", "question list (rotated)",
+        ] {
             fetchQuestions(caller, group: everyoneServed)
             try? await Task.sleep(for: .milliseconds(40))
         }
@@ -144,8 +146,11 @@ final class LaunchScript: Sendable {
         let requestsBefore = tally.requestsSent.count
         timeline.log("next screen", "asks for page 2")
         // Without coalescing, nothing is shared: the next screen has its own prefetcher, empty.
-        let prefetcher = options.coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
-        let result = await Result { try await prefetcher.deduplicated(key: 2) { try await self.questions().questions(page: 2) } }
+        let prefetcher =
+            options.coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
+        let result = await Result {
+            try await prefetcher.deduplicated(key: 2) { try await self.questions().questions(page: 2) }
+        }
         let source = tally.requestsSent.count == requestsBefore ? " (from the prefetch, no request)" : ""
         served("next screen", result.map { "\($0.items.count) questions\(source)" })
     }

@@ -8,8 +8,10 @@ final class Timeline: Sendable {
     /// Prints one event: when, who, what.
     func log(_ caller: String, _ event: String) {
         let elapsed = ContinuousClock.now - start
-        let milliseconds = Int(elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
-        let line = String(repeating: " ", count: max(0, 6 - String(milliseconds).count)) + "\(milliseconds) ms  "
+        let milliseconds = Int(
+            elapsed.components.seconds * 1_000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+        let line =
+            String(repeating: " ", count: max(0, 6 - String(milliseconds).count)) + "\(milliseconds) ms  "
             + caller.padding(toLength: 34, withPad: " ", startingAt: 0) + event
         lock.withLock { print(line) }
     }

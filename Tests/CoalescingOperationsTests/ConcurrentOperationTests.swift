@@ -29,7 +29,8 @@ final class ConcurrentOperationTests: XCTestCase {
         let recorder = ResultRecorder<Int>()
         let callbacks = Queues.serial("callbacks")
         let operation = ClosureOperation(
-            callBackQueue: callbacks, work: { $0.finish(result: .success(5)) }, completionHandler: recorder.handler("a"))
+            callBackQueue: callbacks, work: { $0.finish(result: .success(5)) }, completionHandler: recorder.handler("a")
+        )
 
         OperationQueue().addOperation(operation)
 
@@ -97,7 +98,8 @@ final class ConcurrentOperationTests: XCTestCase {
 
     func testCancellingAfterTheFinishChangesNothing() {
         let recorder = ResultRecorder<Int>()
-        let operation = ClosureOperation(work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
+        let operation = ClosureOperation(
+            work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
         operation.start()
         XCTAssertTrue(recorder.waitForCalls(1))
 
@@ -135,7 +137,8 @@ final class ConcurrentOperationTests: XCTestCase {
     func testCancelBeforeStartCallsBackAtOnceButFinishesOnlyWhenTheQueueStartsIt() {
         let recorder = ResultRecorder<Int>()
         let queue = Queues.serial("work", suspended: true)
-        let operation = ClosureOperation(work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
+        let operation = ClosureOperation(
+            work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
         queue.addOperation(operation)
 
         operation.cancel()
@@ -174,7 +177,8 @@ final class ConcurrentOperationTests: XCTestCase {
     func testFinishingBeforeStartDecidesTheResultAndTheWorkNeverRuns() {
         let recorder = ResultRecorder<Int>()
         let queue = Queues.serial("work", suspended: true)
-        let operation = ClosureOperation(work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
+        let operation = ClosureOperation(
+            work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a"))
         queue.addOperation(operation)
 
         operation.finish(result: .success(99))

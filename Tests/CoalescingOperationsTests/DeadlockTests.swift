@@ -18,7 +18,9 @@ final class DeadlockTests: XCTestCase {
     }
 
     /// 2,000 operations over 500 identifiers that finish from other threads.
-    private func enqueueAsynchronousWork(on manager: OperationQueueManager, callbacks: OperationQueue) -> [TestOperation<Int>] {
+    private func enqueueAsynchronousWork(on manager: OperationQueueManager, callbacks: OperationQueue)
+        -> [TestOperation<Int>]
+    {
         let operations = (0..<2_000).map { index in
             TestOperation<Int>(
                 "work \(index % 500)", callBackQueue: callbacks,

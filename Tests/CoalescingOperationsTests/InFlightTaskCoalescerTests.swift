@@ -1,6 +1,7 @@
-@testable import CoalescingOperations
 import Foundation
 import XCTest
+
+@testable import CoalescingOperations
 
 /// The task coalescer: seed 001 semantics with its races fixed.
 final class InFlightTaskCoalescerTests: XCTestCase {

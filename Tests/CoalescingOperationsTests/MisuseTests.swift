@@ -9,7 +9,8 @@ final class MisuseTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
     private func operation(
-        _ identifier: String = "work", value: Int = 1, starts: Counter? = nil, recorder: ResultRecorder<Int>, caller: String
+        _ identifier: String = "work", value: Int = 1, starts: Counter? = nil, recorder: ResultRecorder<Int>,
+        caller: String
     ) -> TestOperation<Int> {
         TestOperation(
             identifier, callBackQueue: callbacks, starts: starts, work: { $0.finish(result: .success(value)) },
@@ -184,7 +185,8 @@ final class MisuseTests: XCTestCase {
         XCTAssertTrue(recorder.waitForCalls(1))
 
         let handle = manager.enqueue(
-            identifier: "work", callBackQueue: callbacks, makeOperation: { used }, completionHandler: recorder.handler("late"))
+            identifier: "work", callBackQueue: callbacks, makeOperation: { used },
+            completionHandler: recorder.handler("late"))
 
         XCTAssertTrue(recorder.waitForCalls(1))
         XCTAssertEqual(handle.admission, .ignored)

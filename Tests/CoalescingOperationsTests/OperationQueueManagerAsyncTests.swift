@@ -1,6 +1,7 @@
-@testable import CoalescingOperations
 import Foundation
 import XCTest
+
+@testable import CoalescingOperations
 
 /// The async/await entry to the manager: same coalescing, and a cancelled task withdraws its caller.
 final class OperationQueueManagerAsyncTests: XCTestCase {
@@ -10,7 +11,9 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
         let started = Gate()
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let first = Task { try await manager.value(of: gatedOperation(1, gate: gate, starts: starts, started: started)) }
+        let first = Task {
+            try await manager.value(of: gatedOperation(1, gate: gate, starts: starts, started: started))
+        }
         XCTAssertTrue(started.wait())
         let second = Task {
             try await manager.value(identifier: "work") { TestOperation<Int>(starts: starts) { _ in } }
@@ -35,7 +38,9 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
         let gate = Gate()
         let started = Gate()
         let starts = Counter()
-        let staying = Task { try await manager.value(of: gatedOperation(5, gate: gate, starts: starts, started: started)) }
+        let staying = Task {
+            try await manager.value(of: gatedOperation(5, gate: gate, starts: starts, started: started))
+        }
         XCTAssertTrue(started.wait())
         let leaving = Task { try await manager.value(of: gatedOperation(0, gate: gate, starts: starts)) }
         await waitUntilJoined(manager, count: 2)
@@ -75,7 +80,9 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
         let manager = OperationQueueManager()
         let gate = Gate()
         let started = Gate()
-        let caller = Task { try await manager.value(of: gatedOperation(1, gate: gate, starts: Counter(), started: started)) }
+        let caller = Task {
+            try await manager.value(of: gatedOperation(1, gate: gate, starts: Counter(), started: started))
+        }
         XCTAssertTrue(started.wait())
 
         manager.cancel(identifier: "work")

@@ -212,12 +212,19 @@ final class OperationQueueManagerTests: XCTestCase {
             bothStarted.signal()
         }
 
-        manager.enqueue(operation: TestOperation("feed", callBackQueue: callbacks, work: never, completionHandler: integers.handler("a")))
-        manager.enqueue(operation: TestOperation("feed", callBackQueue: callbacks, work: never, completionHandler: integers.handler("b")))
         manager.enqueue(
-            operation: TestOperation("feed", callBackQueue: callbacks, work: neverString, completionHandler: strings.handler("c")))
-        manager.enqueue(operation: TestOperation("other", callBackQueue: callbacks, work: { $0.finish(result: .success(5)) },
-                                                 completionHandler: integers.handler("other")))
+            operation: TestOperation(
+                "feed", callBackQueue: callbacks, work: never, completionHandler: integers.handler("a")))
+        manager.enqueue(
+            operation: TestOperation(
+                "feed", callBackQueue: callbacks, work: never, completionHandler: integers.handler("b")))
+        manager.enqueue(
+            operation: TestOperation(
+                "feed", callBackQueue: callbacks, work: neverString, completionHandler: strings.handler("c")))
+        manager.enqueue(
+            operation: TestOperation(
+                "other", callBackQueue: callbacks, work: { $0.finish(result: .success(5)) },
+                completionHandler: integers.handler("other")))
         XCTAssertEqual(bothStarted.wait(timeout: .now() + 10), .success)
         XCTAssertEqual(bothStarted.wait(timeout: .now() + 10), .success)
 
@@ -254,7 +261,11 @@ final class OperationQueueManagerTests: XCTestCase {
         XCTAssertEqual(recorder.all.count, 3)
         XCTAssertTrue(
             recorder.all.allSatisfy {
-                if case .failure(let error) = $0.result { error as? ConcurrentOperationError == .cancelled } else { false }
+                if case .failure(let error) = $0.result {
+                    error as? ConcurrentOperationError == .cancelled
+                } else {
+                    false
+                }
             })
         XCTAssertTrue(plain.isCancelled)
         XCTAssertEqual(plainRan.current, 0)

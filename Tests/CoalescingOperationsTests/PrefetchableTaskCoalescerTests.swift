@@ -1,6 +1,7 @@
-@testable import CoalescingOperations
 import Foundation
 import XCTest
+
+@testable import CoalescingOperations
 
 /// Seed 001's five prefetch scenarios (A–E), and the invalidation race it had.
 final class PrefetchableTaskCoalescerTests: XCTestCase {
@@ -63,7 +64,9 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
-        let callers = (0..<2).map { _ in Task { try await coalescer.deduplicated(key: "feed", operation: gated(gate, runs)) } }
+        let callers = (0..<2).map { _ in
+            Task { try await coalescer.deduplicated(key: "feed", operation: gated(gate, runs)) }
+        }
         await waitUntil("both callers joined") { await coalescer.waitingCount(for: "feed") == 2 }
 
         gate.open()
@@ -123,7 +126,9 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
-        let prefetches = (0..<2).map { _ in Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) } }
+        let prefetches = (0..<2).map { _ in
+            Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
+        }
         await waitUntil("both prefetches joined") { await coalescer.waitingCount(for: "feed") == 2 }
 
         gate.open()

@@ -20,7 +20,8 @@ final class ScaleTests: XCTestCase {
         let make = { TestOperation<Int> { $0.finish(result: .success(5)) } as CoalescibleOperation<Int> }
 
         for _ in 0..<callers {
-            manager.enqueue(identifier: "work", callBackQueue: callbacks, makeOperation: make, completionHandler: handler)
+            manager.enqueue(
+                identifier: "work", callBackQueue: callbacks, makeOperation: make, completionHandler: handler)
         }
         queue.isSuspended = false
 

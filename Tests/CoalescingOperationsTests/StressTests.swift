@@ -101,7 +101,8 @@ final class StressTests: XCTestCase {
                 let operation: TestOperation<Int>?
                 let handle: CoalescingHandle<Int>
                 if Bool.random(using: &random) {
-                    operation = TestOperation("\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
+                    operation = TestOperation(
+                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
                     handle = manager.enqueue(operation: operation!)
                 } else {
                     operation = nil
@@ -133,7 +134,8 @@ final class StressTests: XCTestCase {
         let report = tally.report
         XCTAssertTrue(everyoneCalled, "seed \(seed): not every caller was called back")
         XCTAssertEqual(report.lost.count, 0, "seed \(seed): lost callbacks for callers \(report.lost.prefix(10))")
-        XCTAssertEqual(report.doubled.count, 0, "seed \(seed): doubled callbacks for callers \(report.doubled.prefix(10))")
+        XCTAssertEqual(
+            report.doubled.count, 0, "seed \(seed): doubled callbacks for callers \(report.doubled.prefix(10))")
         XCTAssertEqual(report.wrong, [], "seed \(seed)")
     }
 }

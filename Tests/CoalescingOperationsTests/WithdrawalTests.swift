@@ -57,7 +57,8 @@ final class WithdrawalTests: XCTestCase {
         let host = manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("host")))
         manager.enqueue(
-            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("joiner")))
+            operation: TestOperation(
+                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("joiner")))
         XCTAssertTrue(started.wait())
 
         host.cancel()
@@ -77,10 +78,12 @@ final class WithdrawalTests: XCTestCase {
         let ended = Gate()
         let sawCancellation = Counter()
         let recorder = ResultRecorder<Int>()
-        let work = gatedWork(started: started, release: release, value: 1, sawCancellation: sawCancellation, ended: ended)
+        let work = gatedWork(
+            started: started, release: release, value: 1, sawCancellation: sawCancellation, ended: ended)
         let handles = ["a", "b", "c"].map {
             manager.enqueue(
-                operation: TestOperation<Int>(callBackQueue: callbacks, work: work, completionHandler: recorder.handler($0)))
+                operation: TestOperation<Int>(
+                    callBackQueue: callbacks, work: work, completionHandler: recorder.handler($0)))
         }
         XCTAssertTrue(started.wait())
 

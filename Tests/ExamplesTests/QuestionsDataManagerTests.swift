@@ -1,8 +1,9 @@
-@testable import CoalescingOperations
 import Examples
 import FixtureHTTPServer
 import Foundation
 import XCTest
+
+@testable import CoalescingOperations
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -114,7 +115,8 @@ final class QuestionsDataManagerTests: XCTestCase {
         handles.forEach { $0.cancel() }
 
         XCTAssertTrue(results.wait(for: 3))
-        XCTAssertEqual(results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled, .cancelled, .cancelled])
+        XCTAssertEqual(
+            results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled, .cancelled, .cancelled])
         XCTAssertTrue(server.waitForAbandonedRequests(1, timeout: .seconds(10)), "the client hung up")
     }
 

@@ -1,8 +1,9 @@
-@testable import CoalescingOperations
 import Examples
 import FixtureHTTPServer
 import Foundation
 import XCTest
+
+@testable import CoalescingOperations
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -52,7 +53,8 @@ final class UserDataManagerTests: XCTestCase {
 
         users.fetchUser(callBackQueue: callbacks, completionHandler: results.append)
         let joined = manager.enqueue(
-            operation: UserFetchOperation(service: service, callBackQueue: callbacks, completionHandler: results.append))
+            operation: UserFetchOperation(service: service, callBackQueue: callbacks, completionHandler: results.append)
+        )
         release.signal()
 
         XCTAssertTrue(results.wait(for: 2))
@@ -64,7 +66,8 @@ final class UserDataManagerTests: XCTestCase {
         let loads = Counter()
         let release = DispatchSemaphore(value: 0)
         let manager = OperationQueueManager()
-        let users = UserDataManager(queueManager: manager, service: heldService(loads: loads, release: release, user: ada))
+        let users = UserDataManager(
+            queueManager: manager, service: heldService(loads: loads, release: release, user: ada))
 
         let callers = (0..<3).map { _ in Task { try await users.user() } }
         let deadline = ContinuousClock.now + .seconds(10)
@@ -83,7 +86,9 @@ final class UserDataManagerTests: XCTestCase {
     }
 
     func testOverHTTPThreeConcurrentFetchesSendOneRequest() throws {
-        let server = try FixtureHTTPServer(routes: [FixtureHTTPServer.Fixtures.userPath: .json(FixtureHTTPServer.Fixtures.user)])
+        let server = try FixtureHTTPServer(routes: [
+            FixtureHTTPServer.Fixtures.userPath: .json(FixtureHTTPServer.Fixtures.user)
+        ])
         defer { server.stop() }
         let session = makeSession()
         defer { session.invalidateAndCancel() }

@@ -4,7 +4,7 @@ import Foundation
 import XCTest
 
 #if canImport(FoundationNetworking)
-    import FoundationNetworking
+import FoundationNetworking
 #endif
 
 final class FixtureHTTPServerTests: XCTestCase {
@@ -350,40 +350,40 @@ final class FixtureHTTPServerTests: XCTestCase {
     }
 
     #if os(Linux)
-        func testStopLeavesNoServerThreadsRunning() throws {
-            let server = try makeServer(["/a": .emptyBody])
-            let client = makeClient()
-            server.holdResponses()
-            for _ in 0..<3 {
-                client.start(server.url(for: "/a")) { _ in }
-            }
-            XCTAssertTrue(server.waitForRequests(3, timeout: .seconds(5)))
-            let silentConnection = try XCTUnwrap(RawHTTPConnection(port: server.port))
-            // The accept thread plus one per held request; the silent connection's thread may not have started yet.
-            XCTAssertGreaterThanOrEqual(Self.threadNames(port: server.port).count, 4)
-
-            server.stop()
-
-            // stop() waits until every thread has finished its work; the OS thread itself ends a moment later, and
-            // nothing notifies that, so this checks repeatedly for a bounded time.
-            let clock = ContinuousClock()
-            let deadline = clock.now + .seconds(2)
-            while !Self.threadNames(port: server.port).isEmpty && clock.now < deadline {
-                usleep(2_000)
-            }
-            XCTAssertEqual(Self.threadNames(port: server.port), [])
-            withExtendedLifetime(silentConnection) {}
+    func testStopLeavesNoServerThreadsRunning() throws {
+        let server = try makeServer(["/a": .emptyBody])
+        let client = makeClient()
+        server.holdResponses()
+        for _ in 0..<3 {
+            client.start(server.url(for: "/a")) { _ in }
         }
+        XCTAssertTrue(server.waitForRequests(3, timeout: .seconds(5)))
+        let silentConnection = try XCTUnwrap(RawHTTPConnection(port: server.port))
+        // The accept thread plus one per held request; the silent connection's thread may not have started yet.
+        XCTAssertGreaterThanOrEqual(Self.threadNames(port: server.port).count, 4)
 
-        /// The names of the live threads of the server on `port`, read from `/proc`.
-        private static func threadNames(port: UInt16) -> [String] {
-            let taskDirectory = "/proc/self/task"
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: taskDirectory)) ?? []
-            return tasks.compactMap { task in
-                try? String(contentsOfFile: "\(taskDirectory)/\(task)/comm", encoding: .utf8)
-            }
-            .filter { $0.hasPrefix("fx\(port)-") }
+        server.stop()
+
+        // stop() waits until every thread has finished its work; the OS thread itself ends a moment later, and
+        // nothing notifies that, so this checks repeatedly for a bounded time.
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(2)
+        while !Self.threadNames(port: server.port).isEmpty && clock.now < deadline {
+            usleep(2_000)
         }
+        XCTAssertEqual(Self.threadNames(port: server.port), [])
+        withExtendedLifetime(silentConnection) {}
+    }
+
+    /// The names of the live threads of the server on `port`, read from `/proc`.
+    private static func threadNames(port: UInt16) -> [String] {
+        let taskDirectory = "/proc/self/task"
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: taskDirectory)) ?? []
+        return tasks.compactMap { task in
+            try? String(contentsOfFile: "\(taskDirectory)/\(task)/comm", encoding: .utf8)
+        }
+        .filter { $0.hasPrefix("fx\(port)-") }
+    }
     #endif
 
     // MARK: - Fixtures

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 
 #if canImport(FoundationNetworking)
-    import FoundationNetworking
+import FoundationNetworking
 #endif
 
 /// A URLSession without caches, with synchronous helpers so tests can wait on semaphores instead of sleeping.

@@ -1,7 +1,7 @@
 #if canImport(Darwin)
-    import Darwin
+import Darwin
 #elseif canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// A bare TCP client, for sending a request in arbitrary pieces, which URLSession cannot do.
@@ -10,14 +10,14 @@ final class RawHTTPConnection {
 
     init?(port: UInt16) {
         #if canImport(Darwin)
-            let fd = socket(AF_INET, SOCK_STREAM, 0)
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
         #else
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #endif
         guard fd >= 0 else { return nil }
         var address = sockaddr_in()
         #if canImport(Darwin)
-            address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
+        address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
         #endif
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
@@ -46,9 +46,9 @@ final class RawHTTPConnection {
         var offset = 0
         while offset < bytes.count {
             #if canImport(Darwin)
-                let flags: Int32 = 0
+            let flags: Int32 = 0
             #else
-                let flags = Int32(MSG_NOSIGNAL)
+            let flags = Int32(MSG_NOSIGNAL)
             #endif
             let count = bytes.withUnsafeBytes { sendBytes(fd, $0.baseAddress! + offset, $0.count - offset, flags) }
             guard count > 0 else { return false }
@@ -73,7 +73,7 @@ final class RawHTTPConnection {
 }
 
 #if canImport(Darwin)
-    private let sendBytes = Darwin.send
+private let sendBytes = Darwin.send
 #else
-    private let sendBytes = Glibc.send
+private let sendBytes = Glibc.send
 #endif

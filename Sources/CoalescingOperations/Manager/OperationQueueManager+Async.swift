@@ -59,7 +59,8 @@ extension OperationQueueManager {
         makeOperation: () -> CoalescibleOperation<Value>
     ) async throws -> Value {
         try await awaitResult { handler in
-            enqueue(identifier: identifier, callBackQueue: nil, makeOperation: makeOperation, completionHandler: handler)
+            enqueue(
+                identifier: identifier, callBackQueue: nil, makeOperation: makeOperation, completionHandler: handler)
         }
     }
 

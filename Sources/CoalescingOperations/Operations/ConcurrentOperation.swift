@@ -196,7 +196,10 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
 
     /// Makes `operation` ride on this operation's work, atomically with respect to both.
     ///
-    /// - Parameter priority: The joining caller's priority, to raise this operation's while it waits.
+    /// - Parameters:
+    ///   - operation: The operation to absorb; it must be fresh.
+    ///   - priority: The joining caller's priority, to raise this operation's while it waits.
+    /// - Returns: Whether `operation` was absorbed, or which of the two was unavailable.
     func absorb(_ operation: ConcurrentOperation<Value>, priority: OperationPriority?) -> Absorption {
         guard operation !== self else { return .operationUnavailable }
         return withBothStates(self, operation) { host, joiner in

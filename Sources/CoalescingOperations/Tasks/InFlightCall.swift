@@ -20,8 +20,13 @@ final class InFlightCall<Value: Sendable>: Sendable {
     /// Starts `operation` in a task of its own and returns the call its callers wait on, with a
     /// slot reserved for the first caller (before the work starts, so that it cannot miss it).
     ///
-    /// - Parameter onEnd: Called when the work has ended and its waiters were resumed, so that
-    ///   the owner can forget the call.
+    /// - Parameters:
+    ///   - priority: The priority of the task running `operation`; nil inherits the caller's.
+    ///   - name: The name of that task.
+    ///   - operation: The work.
+    ///   - onEnd: Called when the work has ended and its waiters were resumed, so that the owner
+    ///     can forget the call.
+    /// - Returns: The call, and the slot reserved in it for the first caller.
     static func start(
         priority: TaskPriority?,
         name: String?,

@@ -6,8 +6,13 @@ struct InFlightCallTable<Key: Hashable & Sendable, Value: Sendable> {
     /// Reserves a place in the call in flight for `key`, or in a new one running `operation` when
     /// there is none (or the one there has ended or been abandoned).
     ///
-    /// - Parameter onEnd: Called when new work ends; the owner must then call
-    ///   ``remove(_:ifSameAs:)``.
+    /// - Parameters:
+    ///   - key: The work's key.
+    ///   - priority: The priority of the task running `operation`, if new work starts.
+    ///   - name: The name of that task.
+    ///   - operation: The work, if new work starts.
+    ///   - onEnd: Called when new work ends; the owner must then call ``remove(_:ifSameAs:)``.
+    /// - Returns: The call, and the slot reserved in it for this caller.
     mutating func reserve(
         _ key: Key,
         priority: TaskPriority?,

@@ -59,7 +59,8 @@ public final class QuestionsFetchOperation: CoalescibleOperation<QuestionPage>, 
         request.httpMethod = "GET"
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         let task = session.dataTask(with: request) { data, response, error in
-            self.finish(result: HTTPResponseDecoder.decode(QuestionPage.self, data: data, response: response, error: error))
+            self.finish(
+                result: HTTPResponseDecoder.decode(QuestionPage.self, data: data, response: response, error: error))
         }
         // Checked under the lock that `cancel()` takes after marking the operation cancelled, so
         // a cancellation racing this start either sees the task or stops it from being sent.

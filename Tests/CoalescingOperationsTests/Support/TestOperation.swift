@@ -8,8 +8,11 @@ final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendab
     private let starts: Counter?
 
     /// - Parameters:
-    ///   - work: Runs as `main()`; must end in `finish(result:)`, now or later.
+    ///   - identifier: The operation's identifier.
+    ///   - callBackQueue: Where `completionHandler` runs.
     ///   - starts: Incremented each time any operation sharing it starts its work.
+    ///   - work: Runs as `main()`; must end in `finish(result:)`, now or later.
+    ///   - completionHandler: The operation's caller.
     init(
         _ identifier: String = "work",
         callBackQueue: OperationQueue,
@@ -23,7 +26,9 @@ final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendab
     }
 
     /// An operation with no caller of its own.
-    init(_ identifier: String = "work", starts: Counter? = nil, work: @escaping @Sendable (TestOperation<Value>) -> Void) {
+    init(
+        _ identifier: String = "work", starts: Counter? = nil, work: @escaping @Sendable (TestOperation<Value>) -> Void
+    ) {
         self.work = work
         self.starts = starts
         super.init(identifier: identifier)
