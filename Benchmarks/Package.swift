@@ -38,6 +38,19 @@ let package = Package(
             path: "Benchmarks/OperationCoalescing",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
+
+        // Workload 5: InFlightTaskCoalescer and PrefetchableTaskCoalescer against the seed-001 actor.
+        .executableTarget(
+            name: "TaskCoalescing",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "CoalescingOperations", package: "main"),
+                "NaiveCoalescing",
+                "BenchmarkSupport",
+            ],
+            path: "Benchmarks/TaskCoalescing",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -20,7 +20,7 @@ import Foundation
 /// ```
 ///
 /// ## Callers
-/// Each operation brings one caller: its completion handler and its ``callBackQueue``. An absorbed
+/// Each operation brings one caller: its completion handler and its ``ConcurrentOperation/callBackQueue``. An absorbed
 /// operation never runs; when the work ends it finishes with the same result, and its handler runs
 /// on its own queue. Callers are kept in a flat list, so joining costs the same for the millionth
 /// caller as for the second, and handing out the result never nests closures.
@@ -33,7 +33,7 @@ import Foundation
 ///   ``OperationQueueManager/enqueue(operation:)`` returns.
 /// - When every caller has withdrawn, the work is cancelled.
 ///
-/// - Important: The default ``callBackQueue`` is `OperationQueue.current ?? .main`. On a plain
+/// - Important: The default ``ConcurrentOperation/callBackQueue`` is `OperationQueue.current ?? .main`. On a plain
 ///   thread or a dispatch queue that is `.main`, which a command-line program or a server only
 ///   services while its main thread runs `RunLoop.main.run()` or `dispatchMain()`. Pass a queue of
 ///   your own there.
@@ -67,7 +67,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// Creates an operation with no caller of its own.
     ///
     /// Use it for work whose callers come through
-    /// ``OperationQueueManager/value(of:)`` or
+    /// ``OperationQueueManager/value(of:isolation:)`` or
     /// ``OperationQueueManager/enqueue(identifier:callBackQueue:makeOperation:completionHandler:)``,
     /// or for work nobody waits for, such as warming a cache.
     ///

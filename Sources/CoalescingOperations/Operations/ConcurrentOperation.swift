@@ -25,8 +25,8 @@ import Foundation
 /// ## The result
 /// The first call to ``finish(result:)`` decides the result; later calls are ignored, so work
 /// that completes while the operation is being cancelled cannot call back twice. The completion
-/// handler runs exactly once, on ``callBackQueue``, or on the thread that finished the operation
-/// when ``callBackQueue`` is nil.
+/// handler runs exactly once, on ``ConcurrentOperation/callBackQueue``, or on the thread that finished the operation
+/// when ``ConcurrentOperation/callBackQueue`` is nil.
 ///
 /// ## Cancellation
 /// ``cancel()`` decides the result as `.failure(ConcurrentOperationError.cancelled)` and calls

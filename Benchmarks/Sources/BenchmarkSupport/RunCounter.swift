@@ -1,0 +1,16 @@
+import Synchronization
+
+/// Counts how many times a piece of work started, to check that every caller coalesced.
+public final class RunCounter: Sendable {
+    private let runs = Atomic(0)
+
+    public init() {}
+
+    public func increment() {
+        runs.add(1, ordering: .relaxed)
+    }
+
+    public var count: Int {
+        runs.load(ordering: .relaxed)
+    }
+}
