@@ -144,6 +144,27 @@ final class OperationQueueManagerTests: XCTestCase {
         XCTAssertEqual(other.added.current, 1, "10 callers on another queue, one delivery operation")
     }
 
+    func testCallersOnManyCallBackQueuesAreServedOnTheirOwnWithOneHopPerQueue() {
+        let queue = Queues.concurrent("work", suspended: true)
+        let manager = OperationQueueManager(queue: queue)
+        let recorder = ResultRecorder<Int>()
+        let callerQueues = (0..<12).map { _ in CountingQueue() }
+
+        for index in 0..<240 {
+            manager.enqueue(
+                operation: TestOperation<Int>(
+                    callBackQueue: callerQueues[index % 12], work: { $0.finish(result: .success(1)) },
+                    completionHandler: recorder.handler("caller \(index)")))
+        }
+        queue.isSuspended = false
+
+        XCTAssertTrue(recorder.waitForCalls(240))
+        XCTAssertEqual(callerQueues.map(\.added.current), Array(repeating: 1, count: 12))
+        for index in 0..<240 {
+            XCTAssertTrue(recorder.calls(of: "caller \(index)").first?.queue === callerQueues[index % 12])
+        }
+    }
+
     // MARK: 4. Type safety
 
     func testOperationsWithEqualIdentifiersButDifferentValueTypesNeverCoalesce() {

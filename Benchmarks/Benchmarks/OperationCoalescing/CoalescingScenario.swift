@@ -42,14 +42,18 @@ final class CoalescingScenario {
         handler = countdown.handler()
 
         let firstQueue = callbackQueues[0]
-        for index in 0..<pending {
-            let identifier = "pending-\(index)"
-            if path == .naive {
-                naiveManager.enqueue(
-                    operation: NaiveInstantWork(identifier: identifier, callBackQueue: firstQueue, completionHandler: ignore))
-            } else {
+        if path == .naive {
+            // Straight onto the queue: the naive manager would add them all the same, after a scan
+            // each (quadratic set-up); its only state is the queue's list of operations.
+            workQueue.addOperations(
+                (0..<pending).map {
+                    NaiveInstantWork(identifier: "pending-\($0)", callBackQueue: firstQueue, completionHandler: ignore)
+                },
+                waitUntilFinished: false)
+        } else {
+            for index in 0..<pending {
                 manager.enqueue(
-                    operation: InstantWork(identifier: identifier, callBackQueue: firstQueue, completionHandler: ignore))
+                    operation: InstantWork(identifier: "pending-\(index)", callBackQueue: firstQueue, completionHandler: ignore))
             }
         }
 

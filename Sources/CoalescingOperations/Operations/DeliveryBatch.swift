@@ -10,7 +10,8 @@ struct DeliveryBatch<Value> {
     /// Handlers of callers that asked for no queue: run on the finishing thread.
     private var inline: ContiguousArray<Handler> = []
     private var groups: ContiguousArray<(queue: OperationQueue, handlers: ContiguousArray<Handler>)> = []
-    /// Where each queue's group is; consulted only when a caller's queue differs from the last one's.
+    /// Where each queue's group is, once there are many; consulted only when a caller's queue
+    /// differs from the last one's.
     private var groupIndex: [ObjectIdentifier: Int] = [:]
     private var lastGroup = -1
 
@@ -42,14 +43,25 @@ struct DeliveryBatch<Value> {
         if lastGroup >= 0, groups[lastGroup].queue === queue {
             return lastGroup
         }
-        let id = ObjectIdentifier(queue)
-        if let index = groupIndex[id] {
+        if let index = groupIndex.isEmpty
+            ? groups.firstIndex(where: { $0.queue === queue })
+            : groupIndex[ObjectIdentifier(queue)]
+        {
             lastGroup = index
-        } else {
-            lastGroup = groups.count
-            groups.append((queue, []))
-            groupIndex[id] = lastGroup
+            return index
+        }
+        lastGroup = groups.count
+        groups.append((queue, []))
+        // A few queues are found by a scan; past that, by a dictionary built once.
+        if groups.count == Self.scannedGroups {
+            for (index, group) in groups.enumerated() {
+                groupIndex[ObjectIdentifier(group.queue)] = index
+            }
+        } else if groups.count > Self.scannedGroups {
+            groupIndex[ObjectIdentifier(queue)] = lastGroup
         }
         return lastGroup
     }
+
+    private static var scannedGroups: Int { 8 }
 }
