@@ -233,15 +233,3 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(priorities[0], .high)
     }
 }
-
-/// Asserts that `expression` throws `CancellationError`.
-func XCTAssertThrowsCancellation<T>(
-    _ expression: @autoclosure () async throws -> T, file: StaticString = #filePath, line: UInt = #line
-) async {
-    do {
-        _ = try await expression()
-        XCTFail("expected CancellationError", file: file, line: line)
-    } catch {
-        XCTAssertTrue(error is CancellationError, "expected CancellationError, got \(error)", file: file, line: line)
-    }
-}

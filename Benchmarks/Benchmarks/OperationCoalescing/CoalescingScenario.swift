@@ -6,7 +6,8 @@ import NaiveCoalescing
 /// One iteration's world: a suspended work queue holding `pending` unrelated operations and one
 /// piece of shared work (identifier "shared"), which callers then join through one ``CallerPath``.
 ///
-/// Everything is built in `init`, outside the measured region. The measured methods are
+/// Everything is built in `init` (or ``makeDistinctWork()``), outside the measured region. The
+/// measured methods are
 /// ``join(_:)``, ``enqueueDistinctWork()`` and ``finishSharedWork()``; ``runToCompletion()`` and
 /// ``drain()`` tear down outside it, waiting (never sleeping) until every callback ran and every
 /// queue is empty, so that nothing spills into the next measurement.
@@ -26,6 +27,10 @@ final class CoalescingScenario {
     private let started = DispatchSemaphore(value: 0)
     private var heldWork: HeldWork?
     private var naiveHeldWork: NaiveHeldWork?
+
+    /// Work with an identifier of its own, built before the measured region.
+    private var distinctWork: InstantWork?
+    private var naiveDistinctWork: NaiveInstantWork?
 
     /// - Parameters:
     ///   - joiners: How many callers will join (the shared work's first caller is extra).
@@ -115,15 +120,24 @@ final class CoalescingScenario {
         }
     }
 
-    /// One caller enqueues work with an identifier nothing else has: new work, no coalescing.
-    func enqueueDistinctWork() {
+    /// Builds work with an identifier nothing else has, for ``enqueueDistinctWork()``; not measured.
+    func makeDistinctWork() {
         let queue = callbackQueues[0]
         switch path {
         case .oursOperation, .oursHandler:
-            manager.enqueue(operation: InstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore))
+            distinctWork = InstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore)
         case .naive:
-            naiveManager.enqueue(
-                operation: NaiveInstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore))
+            naiveDistinctWork = NaiveInstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore)
+        }
+    }
+
+    /// One caller enqueues the work ``makeDistinctWork()`` built: new work, nothing to coalesce with.
+    func enqueueDistinctWork() {
+        if let distinctWork {
+            manager.enqueue(operation: distinctWork)
+        }
+        if let naiveDistinctWork {
+            naiveManager.enqueue(operation: naiveDistinctWork)
         }
     }
 

@@ -88,7 +88,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Queues call this; call it yourself only for an operation that is on no queue.
     public final override func start() {
         // The phase may move to executing or straight to finished; announce both around the change.
-        let action = postingChanges(to: [LifecycleKey.isExecuting, LifecycleKey.isFinished]) {
+        let action = postingChanges(to: LifecycleKey.executingAndFinished) {
             state.withLock { $0.begin() }
         }
         if action == .run {

@@ -5,4 +5,9 @@
 enum LifecycleKey {
     static let isExecuting = "isExecuting"
     static let isFinished = "isFinished"
+
+    /// The keys an operation leaving `.executing` changes.
+    static let executingAndFinished = [isExecuting, isFinished]
+    /// The key an operation that never executed changes when it finishes.
+    static let finishedOnly = [isFinished]
 }

@@ -114,8 +114,8 @@ struct OperationState<Value> {
     mutating func settle() -> [String]? {
         isSettled = true
         return switch phase {
-        case .executing: [LifecycleKey.isExecuting, LifecycleKey.isFinished]
-        case .absorbed: [LifecycleKey.isFinished]
+        case .executing: LifecycleKey.executingAndFinished
+        case .absorbed: LifecycleKey.finishedOnly
         case .idle, .enqueued, .finished: nil
         }
     }

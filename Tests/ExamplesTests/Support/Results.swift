@@ -1,10 +1,4 @@
-import CoalescingOperations
 import Foundation
-import XCTest
-
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// Collects the results of several callers, thread-safely, and lets a test wait for them.
 final class Results<Value: Sendable>: @unchecked Sendable {
@@ -31,26 +25,5 @@ final class Results<Value: Sendable>: @unchecked Sendable {
         all.compactMap {
             if case .failure(let error) = $0 { error } else { nil }
         }
-    }
-}
-
-/// A URLSession that caches nothing, so that every request reaches the server.
-func makeSession() -> URLSession {
-    let configuration = URLSessionConfiguration.ephemeral
-    configuration.urlCache = nil
-    configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-    return URLSession(configuration: configuration)
-}
-
-/// A thread-safe counter.
-final class Counter: @unchecked Sendable {
-    // @unchecked: `value` is guarded by `lock`.
-    private let lock = NSLock()
-    private var value = 0
-
-    var current: Int { lock.withLock { value } }
-
-    func increment() {
-        lock.withLock { value += 1 }
     }
 }

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Runs the benchmark suite once and prints every figure with its ratio to its baseline.
+
+    cd Benchmarks && python3 Scripts/ratios.py            # build, run everything, print tables
+    python3 Scripts/ratios.py --csv results.influx.csv    # re-print from a saved run
+    python3 Scripts/ratios.py --save results.influx.csv   # also keep the raw export
+
+It runs `swift package benchmark` with `--format influx` (one CSV with the percentiles of every
+metric), takes the medians (p50) of wall-clock time and malloc calls per iteration, divides them
+by the number of callers (or operations) each iteration handles, and sets each figure against the
+baseline measured in the same run. Standard library only.
+"""
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ---------------------------------------------------------------------------------------------
+# What to print: (workload, label, benchmark name, baseline benchmark name or None, note).
+# The divisor (callers, operations or waiters per iteration) is read from the name: the last of
+# N=, K=, M= if present, else 1.
+# ---------------------------------------------------------------------------------------------
+
+
+def rows():
+    out = []
+    for n in (10, 1_000, 10_000, 100_000):
+        naive = f"Join/N={min(n, 10_000)}/naive"
+        note = "baseline: naive at N = 10,000 (at 100,000 it crashes)" if n > 10_000 else ""
+        out.append(("1 Join", f"N = {n:,}, ours enqueue(identifier:…) (cheapest)", f"Join/N={n}/ours-handler", naive, note))
+        out.append(("1 Join", f"N = {n:,}, ours enqueue(operation:)", f"Join/N={n}/ours-operation", naive, note))
+        if n <= 10_000:
+            out.append(("1 Join", f"N = {n:,}, naive", naive, None, "baseline"))
+    for p in (10, 1_000, 10_000):
+        naive = f"JoinAmongPending/P={p}/N=100/naive"
+        out.append(("1 Join among P pending", f"P = {p:,}, ours enqueue(identifier:…)", f"JoinAmongPending/P={p}/N=100/ours-handler", naive, ""))
+        out.append(("1 Join among P pending", f"P = {p:,}, ours enqueue(operation:)", f"JoinAmongPending/P={p}/N=100/ours-operation", naive, ""))
+        out.append(("1 Join among P pending", f"P = {p:,}, naive", naive, None, "baseline"))
+    for layout in ("1-queue", "8-queues"):
+        naive = f"FanOut/N=10000/{layout}/naive"
+        text = "1 shared queue" if layout == "1-queue" else "8 queues"
+        out.append(("2 Fan-out", f"{text}, ours enqueue(identifier:…)", f"FanOut/N=10000/{layout}/ours-handler", naive, ""))
+        out.append(("2 Fan-out", f"{text}, ours enqueue(operation:)", f"FanOut/N=10000/{layout}/ours-operation", naive, ""))
+        out.append(("2 Fan-out", f"{text}, naive", naive, None, "baseline"))
+    for p in (10, 1_000, 10_000):
+        naive = f"DistinctWork/P={p}/naive"
+        out.append(("3 Distinct work", f"P = {p:,}, ours", f"DistinctWork/P={p}/ours-operation", naive, ""))
+        out.append(("3 Distinct work", f"P = {p:,}, naive", naive, None, "baseline"))
+    out.append(("4 Unique throughput", "through OperationQueueManager", "UniqueThroughput/M=1000/manager", "UniqueThroughput/M=1000/raw-queue", ""))
+    out.append(("4 Unique throughput", "raw OperationQueue", "UniqueThroughput/M=1000/raw-queue", None, "baseline"))
+    for kind, text in (("ours-inflight", "InFlightTaskCoalescer"), ("ours-prefetchable", "PrefetchableTaskCoalescer")):
+        out.append(("5 Task join", text, f"TaskJoin/N=10000/{kind}", "TaskJoin/N=10000/task-dictionary", ""))
+    out.append(("5 Task join", "[Key: Task] actor (seed 001)", "TaskJoin/N=10000/task-dictionary", None, "baseline"))
+    out.append(("5 Cancelled waiter leaves", "InFlightTaskCoalescer", "TaskCancelledWaiterLeaves/K=1000/ours-inflight",
+                "TaskCancelledWaiterLeaves/K=1000/bare-cancellable-wait",
+                "the seed-001 actor cannot: its waiter stays until the work ends"))
+    out.append(("5 Cancelled waiter leaves", "bare cancellable wait (floor)", "TaskCancelledWaiterLeaves/K=1000/bare-cancellable-wait", None, "baseline"))
+    return out
+
+
+def divisor(name):
+    found = re.findall(r"[NKM]=(\d+)", name)
+    return int(found[-1]) if found else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def run_suite(extra):
+    out_dir = tempfile.mkdtemp(prefix="coalescing-benchmarks-")
+    command = ["swift", "package", "--allow-writing-to-directory", out_dir, "benchmark",
+               "--no-progress", "--format", "influx", "--path", out_dir] + extra
+    print("$ " + " ".join(command), file=sys.stderr)
+    result = subprocess.run(command, cwd=BENCHMARKS_DIR, stdout=sys.stderr, stderr=sys.stderr)
+    if result.returncode != 0:
+        sys.exit(f"swift package benchmark failed with status {result.returncode}")
+    files = [f for f in os.listdir(out_dir) if f.endswith(".csv")]
+    if not files:
+        sys.exit(f"no influx export found in {out_dir}")
+    return os.path.join(out_dir, files[0])
+
+
+def medians(path):
+    """{benchmark: {"time": ns, "mallocs": count, "iterations": n}} from the influx export."""
+    figures = {}
+    with open(path, newline="") as handle:
+        for record in csv.reader(handle):
+            if len(record) < 15 or record[0].startswith("#") or record[0] == "measurement":
+                continue
+            metric, test, percentile, value, iterations = (
+                record[6], record[8], record[9], record[10], record[12])
+            if float(percentile) != 50.0:
+                continue
+            entry = figures.setdefault(test, {})
+            entry["iterations"] = int(iterations)
+            if metric == "Time(wallclock)":
+                # Raw nanoseconds, whatever display unit the `unit` column names.
+                entry["time"] = float(value)
+            elif metric == "Malloc(total)":
+                entry["mallocs"] = float(value)
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "—"
+    if ns >= 1e6:
+        return f"{ns / 1e6:,.2f} ms"
+    if ns >= 1e4:
+        return f"{ns / 1e3:,.1f} µs"
+    return f"{ns:,.0f} ns" if ns >= 100 else f"{ns:,.1f} ns"
+
+
+def fmt_count(count):
+    if count is None:
+        return "—"
+    return f"{count:,.0f}" if count >= 100 else f"{count:,.2f}"
+
+
+def fmt_ratio(value, base):
+    if value is None or base is None or base == 0:
+        return "—"
+    ratio = value / base
+    text = f"{ratio:.3f}×" if ratio < 0.1 else f"{ratio:.2f}×"
+    if value > 0 and ratio < 1:
+        text += f" ({base / value:,.1f}× less)" if base / value < 100 else f" ({base / value:,.0f}× less)"
+    return text
+
+
+def per_unit(figures, name):
+    entry = figures.get(name)
+    if entry is None:
+        return None, None, None
+    unit = divisor(name)
+    time = entry.get("time")
+    mallocs = entry.get("mallocs")
+    return (time / unit if time is not None else None,
+            mallocs / unit if mallocs is not None else None,
+            entry.get("iterations"))
+
+
+def print_table(figures):
+    print("| Workload | Variant | per | Time (median) | Time ÷ baseline | Mallocs | Mallocs ÷ baseline | Iterations | Note |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for workload, label, name, baseline, note in rows():
+        time, mallocs, iterations = per_unit(figures, name)
+        if time is None:
+            print(f"| {workload} | {label} | | not run | | | | | `{name}` missing |")
+            continue
+        base_time, base_mallocs, _ = per_unit(figures, baseline) if baseline else (None, None, None)
+        unit = divisor(name)
+        per = "caller" if workload.startswith(("1", "2")) else (
+            "enqueue" if workload.startswith("3") else ("operation" if workload.startswith("4") else "waiter"))
+        per_text = f"{per} (÷{unit:,})" if unit > 1 else per
+        print(f"| {workload} | {label} | {per_text} | {fmt_time(time)} | {fmt_ratio(time, base_time)} | "
+              f"{fmt_count(mallocs)} | {fmt_ratio(mallocs, base_mallocs)} | {iterations} | {note} |")
+
+
+def check(figures, description, measured_text, met):
+    mark = "met" if met else "**missed**"
+    print(f"| {description} | {measured_text} | {mark} |")
+
+
+def print_targets(figures):
+    def t(name):
+        return per_unit(figures, name)[0]
+
+    def m(name):
+        return per_unit(figures, name)[1]
+
+    print("| Target | Measured | |")
+    print("|---|---|---|")
+    try:
+        # Join ≥ 5× faster than naive, on the cheapest path, everywhere it was measured.
+        pairs = [(f"N = {n:,}", f"Join/N={n}/ours-handler", f"Join/N={min(n, 10_000)}/naive") for n in (10, 1_000, 10_000, 100_000)]
+        pairs += [(f"P = {p:,}", f"JoinAmongPending/P={p}/N=100/ours-handler", f"JoinAmongPending/P={p}/N=100/naive") for p in (10, 1_000, 10_000)]
+        speedups = [(t(naive) / t(ours), where) for where, ours, naive in pairs]
+        worst = min(speedups)
+        check(figures, "Join ≥ 5× faster than naive (cheapest path)",
+              f"{worst[0]:.1f}× at {worst[1]} (best {max(speedups)[0]:,.0f}× at {max(speedups)[1]})", worst[0] >= 5)
+        pairs_op = [(where, ours.replace("ours-handler", "ours-operation"), naive) for where, ours, naive in pairs]
+        speedups_op = [(t(naive) / t(ours), where) for where, ours, naive in pairs_op]
+        worst_op = min(speedups_op)
+        check(figures, "… and with enqueue(operation:)",
+              f"{worst_op[0]:.1f}× at {worst_op[1]} (best {max(speedups_op)[0]:,.0f}×)", worst_op[0] >= 5)
+
+        for path, text in (("ours-handler", "cheapest path"), ("ours-operation", "enqueue(operation:)")):
+            times = [t(f"Join/N={n}/{path}") for n in (10, 1_000, 10_000, 100_000)]
+            spread = max(times) / min(times)
+            check(figures, f"Join flat in N, {text} (max ÷ min over N = 10…100,000 ≤ 1.3)",
+                  " / ".join(fmt_time(x) for x in times) + f" → {spread:.2f}", spread <= 1.3)
+        for path, text in (("ours-handler", "cheapest path"), ("ours-operation", "enqueue(operation:)")):
+            low, high = t(f"JoinAmongPending/P=10/N=100/{path}"), t(f"JoinAmongPending/P=10000/N=100/{path}")
+            check(figures, f"Join flat in P, {text} (P = 10,000 ≤ 1.3× P = 10)",
+                  f"{fmt_time(low)} → {fmt_time(high)}: {high / low:.2f}×", high / low <= 1.3)
+        low, high = t("DistinctWork/P=10/ours-operation"), t("DistinctWork/P=10000/ours-operation")
+        check(figures, "Distinct work flat in P (P = 10,000 ≤ 1.3× P = 10)",
+              f"{fmt_time(low)} → {fmt_time(high)}: {high / low:.2f}×", high / low <= 1.3)
+
+        allocations = [(m(f"Join/N={n}/ours-handler"), n) for n in (10, 1_000, 10_000, 100_000)]
+        check(figures, "≤ 1 allocation per joining caller, cheapest path",
+              ", ".join(f"{a:.2f} at N = {n:,}" for a, n in allocations), max(a for a, _ in allocations) <= 1.0)
+
+        for layout, text in (("1-queue", "one shared queue"), ("8-queues", "8 queues")):
+            ours, naive = t(f"FanOut/N=10000/{layout}/ours-handler"), t(f"FanOut/N=10000/{layout}/naive")
+            check(figures, f"Fan-out ≥ 10× faster than naive, {text}", f"{naive / ours:.1f}×", naive / ours >= 10)
+        ours = t("FanOut/N=10000/1-queue/ours-handler")
+        check(figures, "Fan-out ≤ 50 ns per caller sharing a queue", fmt_time(ours), ours <= 50)
+
+        manager, raw = t("UniqueThroughput/M=1000/manager"), t("UniqueThroughput/M=1000/raw-queue")
+        check(figures, "Manager on never-coalescing work ≤ 1.1× raw OperationQueue",
+              f"{fmt_time(manager)} vs {fmt_time(raw)} per operation: {manager / raw:.2f}×", manager / raw <= 1.1)
+
+        for kind, text in (("ours-inflight", "InFlightTaskCoalescer"), ("ours-prefetchable", "PrefetchableTaskCoalescer")):
+            ours, base = t(f"TaskJoin/N=10000/{kind}"), t("TaskJoin/N=10000/task-dictionary")
+            check(figures, f"{text} join no slower than the [Key: Task] actor",
+                  f"{fmt_time(ours)} vs {fmt_time(base)} per waiter: {ours / base:.2f}×", ours <= base)
+    except (TypeError, ZeroDivisionError) as error:
+        print(f"| (some benchmarks missing: {error}) | | |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", help="read this influx export instead of running the suite")
+    parser.add_argument("--save", help="copy the influx export of this run here")
+    parser.add_argument("extra", nargs="*", help="passed to `swift package benchmark` (after --)")
+    args = parser.parse_args()
+
+    path = args.csv or run_suite(args.extra)
+    if args.save and not args.csv:
+        with open(path, "rb") as source, open(args.save, "wb") as target:
+            target.write(source.read())
+    figures = medians(path)
+    print("Medians per iteration, divided per caller / enqueue / operation / waiter. "
+          "Ratios: this figure ÷ its baseline's, from the same run (below 1 is better).\n")
+    print_table(figures)
+    print()
+    print_targets(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+import XCTest
+
+/// Asserts that `expression` throws `CancellationError`.
+func XCTAssertThrowsCancellation<T>(
+    _ expression: @autoclosure () async throws -> T, file: StaticString = #filePath, line: UInt = #line
+) async {
+    do {
+        _ = try await expression()
+        XCTFail("expected CancellationError", file: file, line: line)
+    } catch {
+        XCTAssertTrue(error is CancellationError, "expected CancellationError, got \(error)", file: file, line: line)
+    }
+}
