@@ -9,43 +9,42 @@ let package = Package(
     // `Synchronization.Atomic`, used to count callbacks, needs macOS 15.
     platforms: [.macOS(.v15)],
     dependencies: [
-        .package(path: ".."),
+        // The library. Named, so that the products below do not depend on the folder it is
+        // checked out in (a path dependency is otherwise known by its folder's name).
+        .package(name: "CoalescingOperations", path: ".."),
         // Only the malloc interposer: allocation counts are half of what is measured here.
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
-        // The designs users copy from the blog posts, measured as baselines.
-        .target(name: "NaiveCoalescing"),
-
         // Work operations, queues and countdowns shared by the benchmark suites.
         .target(
             name: "BenchmarkSupport",
             dependencies: [
-                .product(name: "CoalescingOperations", package: "main"),
-                "NaiveCoalescing",
+                .product(name: "CoalescingOperations", package: "CoalescingOperations")
             ]
         ),
 
         // Workloads 1-4: OperationQueueManager against the naive manager and a raw OperationQueue.
+        // The naive baseline (Baseline/) is compiled into the benchmark itself, as apps paste it
+        // into their own module: its generic code is then specialized for its callers.
         .executableTarget(
             name: "OperationCoalescing",
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "CoalescingOperations", package: "main"),
-                "NaiveCoalescing",
+                .product(name: "CoalescingOperations", package: "CoalescingOperations"),
                 "BenchmarkSupport",
             ],
             path: "Benchmarks/OperationCoalescing",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
 
-        // Workload 5: InFlightTaskCoalescer and PrefetchableTaskCoalescer against the seed-001 actor.
+        // Workload 5: InFlightTaskCoalescer and PrefetchableTaskCoalescer against the seed-001 actor,
+        // which is compiled into the benchmark (Baseline/) for the same reason.
         .executableTarget(
             name: "TaskCoalescing",
             dependencies: [
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "CoalescingOperations", package: "main"),
-                "NaiveCoalescing",
+                .product(name: "CoalescingOperations", package: "CoalescingOperations"),
                 "BenchmarkSupport",
             ],
             path: "Benchmarks/TaskCoalescing",

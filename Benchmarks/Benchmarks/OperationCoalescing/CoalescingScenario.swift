@@ -1,16 +1,15 @@
 import BenchmarkSupport
 import CoalescingOperations
 import Foundation
-import NaiveCoalescing
 
 /// One iteration's world: a suspended work queue holding `pending` unrelated operations and one
 /// piece of shared work (identifier "shared"), which callers then join through one ``CallerPath``.
 ///
 /// Everything is built in `init` (or ``makeDistinctWork()``), outside the measured region. The
-/// measured methods are
-/// ``join(_:)``, ``enqueueDistinctWork()`` and ``finishSharedWork()``; ``runToCompletion()`` and
-/// ``drain()`` tear down outside it, waiting (never sleeping) until every callback ran and every
-/// queue is empty, so that nothing spills into the next measurement.
+/// measured methods are ``join(_:)``, ``enqueueDistinctWork()``, ``addDistinctWorkToQueue()`` and
+/// ``finishSharedWork()``; ``runToCompletion()`` and ``drain()`` tear down after it, waiting (never
+/// sleeping) until every callback ran and every queue is empty, so that nothing spills into the
+/// next measurement.
 final class CoalescingScenario {
     let path: CallerPath
     let workQueue = Queues.work(suspended: true)
@@ -33,6 +32,7 @@ final class CoalescingScenario {
     private var naiveDistinctWork: NaiveInstantWork?
 
     /// - Parameters:
+    ///   - path: How callers reach the shared work.
     ///   - joiners: How many callers will join (the shared work's first caller is extra).
     ///   - pending: Unrelated operations enqueued before the shared work.
     ///   - callbackQueueCount: Callers are spread round-robin over this many serial queues.
@@ -58,15 +58,18 @@ final class CoalescingScenario {
         } else {
             for index in 0..<pending {
                 manager.enqueue(
-                    operation: InstantWork(identifier: "pending-\(index)", callBackQueue: firstQueue, completionHandler: ignore))
+                    operation: InstantWork(
+                        identifier: "pending-\(index)", callBackQueue: firstQueue, completionHandler: ignore))
             }
         }
 
         switch (path, held) {
         case (.oursOperation, false):
-            manager.enqueue(operation: InstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler))
+            manager.enqueue(
+                operation: InstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler))
         case (.oursOperation, true):
-            let work = HeldWork(identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
+            let work = HeldWork(
+                identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
             heldWork = work
             manager.enqueue(operation: work)
         case (.oursHandler, _):
@@ -81,9 +84,11 @@ final class CoalescingScenario {
                 completionHandler: handler)
         case (.naive, false):
             naiveManager.enqueue(
-                operation: NaiveInstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler))
+                operation: NaiveInstantWork(identifier: "shared", callBackQueue: firstQueue, completionHandler: handler)
+            )
         case (.naive, true):
-            let work = NaiveHeldWork(identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
+            let work = NaiveHeldWork(
+                identifier: "shared", started: started, callBackQueue: firstQueue, completionHandler: handler)
             naiveHeldWork = work
             naiveManager.enqueue(operation: work)
         }
@@ -92,8 +97,10 @@ final class CoalescingScenario {
     // MARK: Measured
 
     /// `count` callers join the shared work, each as a user would call the API: the operation
-    /// paths build one operation per caller. The handler closure is built once, so no closure is
-    /// allocated per caller.
+    /// paths build one operation per caller. Every caller hands over the same ready-made handler;
+    /// passing it to the library's generic parameter still costs one small allocation per call (a
+    /// re-abstraction thunk), as a capturing closure literal would cost its context, so each path
+    /// pays what a real caller pays.
     func join(_ count: Int) {
         let queues = callbackQueues
         let handler = handler
@@ -101,7 +108,8 @@ final class CoalescingScenario {
         case .oursOperation:
             for index in 0..<count {
                 let queue = queues[index % queues.count]
-                manager.enqueue(operation: InstantWork(identifier: "shared", callBackQueue: queue, completionHandler: handler))
+                manager.enqueue(
+                    operation: InstantWork(identifier: "shared", callBackQueue: queue, completionHandler: handler))
             }
         case .oursHandler:
             for index in 0..<count {
@@ -127,7 +135,8 @@ final class CoalescingScenario {
         case .oursOperation, .oursHandler:
             distinctWork = InstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore)
         case .naive:
-            naiveDistinctWork = NaiveInstantWork(identifier: "distinct", callBackQueue: queue, completionHandler: ignore)
+            naiveDistinctWork = NaiveInstantWork(
+                identifier: "distinct", callBackQueue: queue, completionHandler: ignore)
         }
     }
 
@@ -138,6 +147,14 @@ final class CoalescingScenario {
         }
         if let naiveDistinctWork {
             naiveManager.enqueue(operation: naiveDistinctWork)
+        }
+    }
+
+    /// Adds the work ``makeDistinctWork()`` built straight to the work queue, bypassing the manager:
+    /// what Foundation alone costs with the same P operations pending.
+    func addDistinctWorkToQueue() {
+        if let distinctWork {
+            workQueue.addOperation(distinctWork)
         }
     }
 

@@ -10,6 +10,9 @@ import Benchmark
 /// the naive manager; both then add the operation to the queue. Ours should be flat in P. Only
 /// the `enqueue(operation:)` path is measured: when nothing is in flight, the handler path builds
 /// an operation and enqueues it the same way.
+///
+/// A third variant adds the same operation straight to the queue with `addOperation(_:)`, with the
+/// same P operations pending: Foundation's own share, so that the manager's can be told apart.
 func registerDistinctWorkBenchmarks() {
     for pending in [10, 1_000, 10_000] {
         for path in [CallerPath.oursOperation, .naive] {
@@ -24,6 +27,17 @@ func registerDistinctWorkBenchmarks() {
                 benchmark.stopMeasurement()
                 scenario.runToCompletion()
             }
+        }
+        Benchmark(
+            "DistinctWork/P=\(pending)/raw-queue",
+            configuration: .init(maxDuration: .seconds(2), maxIterations: pending >= 10_000 ? 40 : 1_000)
+        ) { benchmark in
+            let scenario = CoalescingScenario(path: .oursOperation, joiners: 0, pending: pending)
+            scenario.makeDistinctWork()
+            benchmark.startMeasurement()
+            scenario.addDistinctWorkToQueue()
+            benchmark.stopMeasurement()
+            scenario.runToCompletion()
         }
     }
 }

@@ -1,5 +1,4 @@
 import CoalescingOperations
-import NaiveCoalescing
 
 /// The work every waiter asks for; only the first caller's ever runs.
 typealias Work = @Sendable () async throws -> Int

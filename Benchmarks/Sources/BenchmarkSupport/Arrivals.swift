@@ -6,6 +6,7 @@ public final class Arrivals: Sendable {
     private let expected: Int
     private let allArrived = AsyncGate()
 
+    /// Creates a counter that waits for `expected` arrivals.
     public init(expected: Int) {
         self.expected = expected
         if expected == 0 {
@@ -20,6 +21,7 @@ public final class Arrivals: Sendable {
         }
     }
 
+    /// Returns once every expected task has arrived.
     public func waitForAll() async {
         await allArrived.wait()
     }

@@ -11,6 +11,7 @@ public final class AsyncGate: Sendable {
 
     private let state = Mutex(State())
 
+    /// Creates a closed gate.
     public init() {}
 
     /// Opens the gate: resumes every waiting task, and lets later ones through at once.

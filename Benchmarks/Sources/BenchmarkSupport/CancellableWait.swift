@@ -14,6 +14,7 @@ public final class CancellableWait: Sendable {
 
     private let slot = Mutex(Slot.empty)
 
+    /// Creates a wait that nobody is in yet.
     public init() {}
 
     /// Suspends until the waiting task is cancelled, then throws `CancellationError`.

@@ -4,7 +4,8 @@ import Foundation
 /// Work that, once started, stays executing until the benchmark calls `finish(result:)`; signals
 /// `started` when its queue has started it.
 public final class HeldWork: CoalescibleOperation<Int>, @unchecked Sendable {
-    // @unchecked: adds only an immutable, Sendable property to CoalescibleOperation.
+    // @unchecked: an `Operation` subclass cannot be checked. Its mutable state is the superclass's,
+    // guarded by that class's lock; this subclass adds only an immutable, Sendable property.
     private let started: DispatchSemaphore
 
     /// A caller's operation: its handler runs on `callBackQueue`.

@@ -18,10 +18,19 @@ public enum Queues {
         return queue
     }
 
-    /// Waits until every queue is empty, so that no work spills into the next measured region.
+    /// Waits until every queue has run everything added so far, so that no work spills into the
+    /// next measured region.
+    ///
+    /// Waits on a barrier block rather than `waitUntilAllOperationsAreFinished()`: on Linux that
+    /// reads each operation's `isFinished` while holding Foundation's lock for the operation, and
+    /// the naive operation posts its KVO while holding its own lock, so the two deadlock.
     public static func drain(_ queues: [OperationQueue]) {
         for queue in queues {
-            queue.waitUntilAllOperationsAreFinished()
+            let drained = DispatchSemaphore(value: 0)
+            queue.addBarrierBlock {
+                drained.signal()
+            }
+            drained.wait()
         }
     }
 }

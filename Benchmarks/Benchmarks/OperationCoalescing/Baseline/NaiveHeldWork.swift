@@ -1,12 +1,12 @@
 import Foundation
-import NaiveCoalescing
 
 /// ``HeldWork`` for the naive baseline: stays executing until the benchmark finishes it.
-public final class NaiveHeldWork: NaiveCoalescibleOperation<Int>, @unchecked Sendable {
-    // @unchecked: adds only an immutable, Sendable property to NaiveCoalescibleOperation.
+final class NaiveHeldWork: NaiveCoalescibleOperation<Int>, @unchecked Sendable {
+    // @unchecked: an `Operation` subclass cannot be checked. Its mutable state is the superclass's,
+    // guarded by its `lock`; this subclass adds only an immutable, Sendable property.
     private let started: DispatchSemaphore
 
-    public init(
+    init(
         identifier: String, started: DispatchSemaphore, callBackQueue: OperationQueue,
         completionHandler: @escaping @Sendable (Result<Int, Error>) -> Void
     ) {
@@ -14,7 +14,7 @@ public final class NaiveHeldWork: NaiveCoalescibleOperation<Int>, @unchecked Sen
         super.init(identifier: identifier, callBackQueue: callBackQueue, completionHandler: completionHandler)
     }
 
-    public override func main() {
+    override func main() {
         started.signal()
     }
 }

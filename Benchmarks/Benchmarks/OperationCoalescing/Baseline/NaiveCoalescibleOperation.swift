@@ -11,27 +11,34 @@ import Foundation
 ///   `addOperation` of its own. The chain is as deep as the number of callers, both when it runs
 ///   and when it is released.
 ///
-/// Known bugs kept as they are: cancelling or finishing an operation before its queue started it
-/// reports `isFinished` to a queue that never started it (swift-corelibs-foundation then unlinks
-/// it from only one of its two lists), and a long chain of callers overflows the stack. The
-/// benchmarks never cancel a naive operation and never finish one before it started, and keep the
-/// number of naive callers at or below 10,000 wherever the chain runs (see BENCHMARKS.md).
+/// Known bugs, kept as they are:
+/// - cancelling or finishing an operation before its queue started it reports `isFinished` to a
+///   queue that never started it (swift-corelibs-foundation then unlinks it from only one of its
+///   two lists, and may free it while still linked);
+/// - KVO is posted while `lock` is held, and `waitUntilAllOperationsAreFinished()` reads
+///   `isFinished` while holding Foundation's lock for the operation: the two deadlock (it happened
+///   while these benchmarks were written);
+/// - the chain of nested handlers overflows the stack: 100,000 callers crash on an 8 MB stack.
+///
+/// The benchmarks steer clear of all three rather than fix them: they never cancel a naive
+/// operation or finish one before its queue started it, they wait for queues with barrier blocks,
+/// and they keep naive callers at or below 10,000 (see BENCHMARKS.md).
 ///
 /// Ported to Swift 6 as a user would: `Value` is `Sendable` and handlers are `@Sendable`, because
 /// `OperationQueue.addOperation(_:)` takes a `@Sendable` block and the result crosses queues in it.
-open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sendable {
+class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sendable {
     // @unchecked: `_state` and `completionHandler` are only read or written while `lock` is held
     // (except the final read of `completionHandler` on the callback queue, after the operation has
     // finished and can no longer be coalesced: the blog's code does the same).
 
     /// Operations with equal identifiers (and the same `Value`) do the same work.
-    public let identifier: String
+    let identifier: String
 
     /// The queue the completion handler is called on.
-    public let callBackQueue: OperationQueue
+    let callBackQueue: OperationQueue
 
     /// The caller's handler; coalescing replaces it with a closure that also calls the newcomer's.
-    public private(set) var completionHandler: @Sendable (Result<Value, Error>) -> Void
+    private(set) var completionHandler: @Sendable (Result<Value, Error>) -> Void
 
     /// Recursive because the KVO notifications posted under it read the state back on this thread.
     private let lock = NSRecursiveLock()
@@ -66,7 +73,7 @@ open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sen
         }
     }
 
-    public init(
+    init(
         identifier: String,
         callBackQueue: OperationQueue = OperationQueue.current ?? .main,
         completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
@@ -79,12 +86,12 @@ open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sen
 
     // MARK: Lifecycle
 
-    open override var isReady: Bool { super.isReady && state == .ready }
-    open override var isExecuting: Bool { state == .executing }
-    open override var isFinished: Bool { state == .finished }
-    open override var isAsynchronous: Bool { true }
+    override var isReady: Bool { super.isReady && state == .ready }
+    override var isExecuting: Bool { state == .executing }
+    override var isFinished: Bool { state == .finished }
+    override var isAsynchronous: Bool { true }
 
-    open override func start() {
+    override func start() {
         guard !isCancelled else {
             finish(result: .failure(NaiveCoalescingError.cancelled))
             return
@@ -94,7 +101,7 @@ open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sen
     }
 
     /// Finishes the operation and sends `result` to the (nested) completion handler.
-    public func finish(result: Result<Value, Error>) {
+    func finish(result: Result<Value, Error>) {
         lock.lock()
         defer { lock.unlock() }
         guard !isFinished else { return }
@@ -104,7 +111,7 @@ open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sen
         }
     }
 
-    open override func cancel() {
+    override func cancel() {
         super.cancel()
         finish(result: .failure(NaiveCoalescingError.cancelled))
     }
@@ -115,7 +122,7 @@ open class NaiveCoalescibleOperation<Value: Sendable>: Operation, @unchecked Sen
     ///
     /// - Returns: False if this operation already finished.
     @discardableResult
-    public func coalesce(operation: NaiveCoalescibleOperation<Value>) -> Bool {
+    func coalesce(operation: NaiveCoalescibleOperation<Value>) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         guard !isFinished else { return false }

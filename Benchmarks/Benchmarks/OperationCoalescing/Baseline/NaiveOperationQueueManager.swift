@@ -6,19 +6,19 @@ import Foundation
 /// The scan copies the queue's whole list of operations and walks it, so each enqueue costs
 /// O(P) in the number of pending operations. Operations that joined others are not on the queue,
 /// so the scan does not grow with the number of callers.
-public final class NaiveOperationQueueManager: Sendable {
+final class NaiveOperationQueueManager: Sendable {
     /// The queue the work runs on.
-    public let queue: OperationQueue
+    let queue: OperationQueue
 
     /// Makes scan-then-add atomic, so two identical operations cannot both be added.
     private let lock = NSLock()
 
-    public init(queue: OperationQueue = OperationQueue()) {
+    init(queue: OperationQueue = OperationQueue()) {
         self.queue = queue
     }
 
     /// Coalesces `operation` into a matching operation on the queue, or adds it to the queue.
-    public func enqueue<Value: Sendable>(operation: NaiveCoalescibleOperation<Value>) {
+    func enqueue<Value: Sendable>(operation: NaiveCoalescibleOperation<Value>) {
         lock.lock()
         defer { lock.unlock() }
         if let matchingOperation = matchingCoalescibleOperation(for: operation),

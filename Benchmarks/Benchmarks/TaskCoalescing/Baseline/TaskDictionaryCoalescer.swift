@@ -5,12 +5,12 @@
 /// whose own task is cancelled keeps waiting until the shared task ends (awaiting `Task.value`
 /// does not react to the waiter's cancellation), and the `defer` may remove a newer task that was
 /// registered under the same key after ``cancel(key:)``.
-public actor TaskDictionaryCoalescer<Key: Hashable & Sendable, Value: Sendable> {
+actor TaskDictionaryCoalescer<Key: Hashable & Sendable, Value: Sendable> {
     private var inFlightTasks: [Key: Task<Value, Error>] = [:]
 
-    public init() {}
+    init() {}
 
-    public func deduplicated(
+    func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -28,14 +28,14 @@ public actor TaskDictionaryCoalescer<Key: Hashable & Sendable, Value: Sendable> 
     }
 
     @discardableResult
-    public func cancel(key: Key) -> Bool {
+    func cancel(key: Key) -> Bool {
         guard let task = inFlightTasks[key] else { return false }
         task.cancel()
         inFlightTasks[key] = nil
         return true
     }
 
-    public func cancelAll() {
+    func cancelAll() {
         inFlightTasks.values.forEach { $0.cancel() }
         inFlightTasks.removeAll()
     }
