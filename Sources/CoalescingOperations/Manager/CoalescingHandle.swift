@@ -19,9 +19,10 @@ public struct CoalescingHandle<Value>: Sendable {
     public let admission: Admission
 
     /// The operation holding this caller, and the caller's slot in it.
-    private let operation: ConcurrentOperation<Value>?
-    private let slot: Int?
+    @usableFromInline let operation: ConcurrentOperation<Value>?
+    @usableFromInline let slot: Int?
 
+    @inlinable
     init(_ admission: Admission, operation: ConcurrentOperation<Value>?, slot: Int?) {
         self.admission = admission
         self.operation = operation

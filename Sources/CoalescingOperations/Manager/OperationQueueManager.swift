@@ -30,7 +30,7 @@ public final class OperationQueueManager: @unchecked Sendable {
 
     /// The operation running or awaiting each piece of work. An entry leaves when its result is
     /// decided, and only if it still holds that same operation.
-    private let inFlight = LockedState<[OperationKey: Operation]>([:])
+    @usableFromInline let inFlight = LockedState<[OperationKey: Operation]>([:])
 
     /// Creates a manager that runs its work on `queue`.
     ///
@@ -107,7 +107,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///   - completionHandler: Called exactly once with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)`.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
-    @discardableResult
+    @inlinable @discardableResult
     public func enqueue<Value>(
         identifier: String,
         callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
@@ -115,26 +115,46 @@ public final class OperationQueueManager: @unchecked Sendable {
         completionHandler: @escaping (Result<Value, Error>) -> Void
     ) -> CoalescingHandle<Value> {
         let caller = Subscriber<Value>.handler(completionHandler, queue: callBackQueue)
+        if let joined = join(identifier: identifier, caller) {
+            return joined
+        }
+        return startWork(identifier: identifier, caller: caller, makeOperation: makeOperation)
+    }
+
+    /// Adds `caller` to the work in flight for `identifier`, if there is any.
+    ///
+    /// The path every joining caller takes: one look-up and one append, inlined into the caller so
+    /// that it is specialized for its `Value` type.
+    @inlinable
+    func join<Value>(identifier: String, _ caller: Subscriber<Value>) -> CoalescingHandle<Value>? {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
-        let joined: (CoalescibleOperation<Value>, Int)? = inFlight.withLock { inFlight in
+        let joined: (host: CoalescibleOperation<Value>, slot: Int)? = inFlight.withLock { inFlight in
             guard let entry = inFlight[key] else { return nil }
+            // The key holds the value type, so the entry is a `CoalescibleOperation<Value>`.
             let host = unsafeDowncast(entry, to: CoalescibleOperation<Value>.self)
             return host.subscribe(caller).map { (host, $0) }
         }
-        if let (host, slot) = joined {
-            return CoalescingHandle(.joinedWork, operation: host, slot: slot)
-        }
+        guard let joined else { return nil }
+        return CoalescingHandle(.joinedWork, operation: joined.host, slot: joined.slot)
+    }
 
+    /// Starts new work for `caller` with an operation from `makeOperation`, which joins work
+    /// started meanwhile if there is some.
+    @usableFromInline
+    func startWork<Value>(
+        identifier: String,
+        caller: Subscriber<Value>,
+        makeOperation: () -> CoalescibleOperation<Value>
+    ) -> CoalescingHandle<Value> {
         let operation = makeOperation()
         guard let slot = operation.subscribe(caller) else {
-            // `makeOperation` returned an operation that already finished or rides on other work.
+            // `makeOperation` returned an operation that already finished or was cancelled.
             let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
             var batch = DeliveryBatch<Value>()
             batch.add(caller, cancelled)
             batch.deliver(cancelled)
             return CoalescingHandle(.ignored, operation: nil, slot: nil)
         }
-        // Another caller may have started the same work meanwhile: then `operation` joins it.
         let admission = enqueue(operation: operation).admission
         return CoalescingHandle(admission, operation: operation, slot: slot)
     }
@@ -196,6 +216,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     }
 
     /// Forgets `operation`'s entry, unless new work has taken its key since.
+    @usableFromInline
     func operationDidResolve(_ operation: Operation, key: OperationKey) {
         inFlight.withLock { inFlight in
             if inFlight[key] === operation {

@@ -43,10 +43,10 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// operation.
     public let callBackQueue: OperationQueue?
 
-    let state: LockedState<OperationState<Value>>
+    @usableFromInline let state: LockedState<OperationState<Value>>
 
     /// The slot of the operation's own completion handler among its callers.
-    let ownCallerSlot: Int?
+    @usableFromInline let ownCallerSlot: Int?
 
     /// Creates an operation that calls `completionHandler` once with its result.
     ///
@@ -112,6 +112,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
+    @inlinable
     public final func finish(result: Result<Value, Error>) {
         var batch = DeliveryBatch<Value>()
         guard resolve(with: result, into: &batch) else { return }
@@ -143,34 +144,45 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Decides the result, moves the lifecycle along and adds every waiting caller to `batch`.
     ///
     /// - Returns: False if the result had already been decided.
-    func resolve(with result: Result<Value, Error>, into batch: inout DeliveryBatch<Value>) -> Bool {
+    @inlinable
+    final func resolve(with result: Result<Value, Error>, into batch: inout DeliveryBatch<Value>) -> Bool {
         guard let resolution = state.withLock({ $0.resolve() }) else { return false }
         if let registration = resolution.registration {
-            registration.manager?.operationDidResolve(self, key: registration.key)
+            leave(registration)
         }
         // Absorbed operations finish here, before this one does: once a queue sees this operation
         // finished (and `waitUntilAllOperationsAreFinished()` returns), so have they.
-        for caller in resolution.callers {
-            if let caller {
-                batch.add(caller, result)
-            }
-        }
+        batch.add(resolution.callers, sharing: resolution.callerQueues, result)
+        settle()
+        return true
+    }
+
+    /// Tells the manager that admitted this operation that its work is decided.
+    @usableFromInline
+    final func leave(_ registration: OperationState<Value>.Registration) {
+        registration.manager?.operationDidResolve(self, key: registration.key)
+    }
+
+    /// Records that every caller has the result, and finishes the lifecycle if `start()` ran.
+    @usableFromInline
+    final func settle() {
         if let keys = state.withLock({ $0.settle() }) {
             postingChanges(to: keys) { state.withLock { $0.markFinished() } }
         }
-        return true
     }
 
     /// Adds a caller to this operation's work, unless its result is already decided.
     ///
     /// - Returns: The caller's slot, for ``withdraw(slot:)``.
-    func subscribe(_ caller: Subscriber<Value>) -> Int? {
+    @inlinable
+    final func subscribe(_ caller: Subscriber<Value>) -> Int? {
         state.withLock { $0.subscribe(caller) }
     }
 
     /// Withdraws the caller in `slot`: it receives `.cancelled` unless the result is already on
     /// its way, and the work is cancelled if nobody else is waiting for it.
-    func withdraw(slot: Int?) {
+    @usableFromInline
+    final func withdraw(slot: Int?) {
         let (removed, abandoned) = state.withLock { $0.withdraw(slot: slot) }
         if let removed {
             let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
@@ -200,7 +212,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///   - operation: The operation to absorb; it must be fresh.
     ///   - priority: The joining caller's priority, to raise this operation's while it waits.
     /// - Returns: Whether `operation` was absorbed, or which of the two was unavailable.
-    func absorb(_ operation: ConcurrentOperation<Value>, priority: OperationPriority?) -> Absorption {
+    final func absorb(_ operation: ConcurrentOperation<Value>, priority: OperationPriority?) -> Absorption {
         guard operation !== self else { return .operationUnavailable }
         return withBothStates(self, operation) { host, joiner in
             guard joiner.canBeAbsorbed else { return .operationUnavailable }
@@ -213,7 +225,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
 
     /// Claims the operation for a manager's queue. False if it is not idle (queued elsewhere,
     /// absorbed, started, or its result decided).
-    func claim(registration: OperationState<Value>.Registration?, priority: OperationPriority?) -> Bool {
+    final func claim(registration: OperationState<Value>.Registration?, priority: OperationPriority?) -> Bool {
         state.withLock { $0.claim(registration: registration, priority: priority) }
     }
 
@@ -227,7 +239,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
 
     /// Writes raised priorities to Foundation until none is left; called by the one thread that
     /// holds the right to apply them (see `OperationState.request(_:)`).
-    func applyRequestedPriority() {
+    final func applyRequestedPriority() {
         while let priority = state.withLock({ $0.nextPriorityToApply() }) {
             queuePriority = priority.queuePriority
             qualityOfService = priority.qualityOfService
@@ -239,7 +251,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Wraps a state change in KVO notifications, posted with no lock held: Foundation reads the
     /// properties back synchronously, and a thread waiting in `waitUntilAllOperationsAreFinished()`
     /// holds Foundation's lock while it reads `isFinished`.
-    private func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
+    private final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
         for key in keys {
             willChangeValue(forKey: key)
         }

@@ -3,50 +3,91 @@ import Foundation
 /// Collects the callers of one result and hands it to them with one hop per distinct queue.
 ///
 /// A million callers on one queue cost one queue hop and a loop, not a million hops or a million
-/// nested closures; the loop runs on the callers' queue, so the stack never grows with them.
+/// nested closures; the loop runs on the callers' queue, so the stack never grows with them. When
+/// every caller of an operation shares one queue (the common case) their list moves into the hop
+/// whole, untouched. Inlinable, so that the loops are specialized for the caller's `Value`.
+@usableFromInline
 struct DeliveryBatch<Value> {
-    typealias Handler = (Result<Value, Error>) -> Void
+    @usableFromInline typealias Callers = ContiguousArray<Subscriber<Value>?>
 
-    /// Handlers of callers that asked for no queue: run on the finishing thread.
-    private var inline: ContiguousArray<Handler> = []
-    private var groups: ContiguousArray<(queue: OperationQueue, handlers: ContiguousArray<Handler>)> = []
+    /// Callers that asked for no queue: served on the finishing thread.
+    @usableFromInline var inline: Callers = []
+    @usableFromInline var groups: ContiguousArray<(queue: OperationQueue, callers: Callers)> = []
     /// Where each queue's group is, once there are many; consulted only when a caller's queue
     /// differs from the last one's.
-    private var groupIndex: [ObjectIdentifier: Int] = [:]
-    private var lastGroup = -1
+    @usableFromInline var groupIndex: [ObjectIdentifier: Int] = [:]
+    @usableFromInline var lastGroup = -1
 
-    /// Adds a caller. An absorbed operation is resolved with `result` here, and its own callers
-    /// join the batch, so they are served in the same hops.
-    mutating func add(_ caller: Subscriber<Value>, _ result: Result<Value, Error>) {
-        switch caller {
-        case .handler(let handler, queue: nil):
-            inline.append(handler)
-        case .handler(let handler, queue: let queue?):
-            let index = group(for: queue)
-            groups[index].handlers.append(handler)
-        case .operation(let operation):
-            _ = operation.resolve(with: result, into: &self)
+    @inlinable
+    init() {}
+
+    /// Adds the callers of a resolved operation; `queues` says whether they share one queue.
+    @inlinable
+    mutating func add(_ callers: Callers, sharing queues: CallerQueues, _ result: Result<Value, Error>) {
+        if case .one(let queue) = queues, inline.isEmpty, groups.isEmpty {
+            if let queue {
+                groups.append((queue, callers))
+            } else {
+                inline = callers
+            }
+            return
+        }
+        for caller in callers {
+            if let caller {
+                add(caller, result)
+            }
         }
     }
 
-    /// Hands `result` to every caller: one operation per distinct queue, then the inline handlers.
-    consuming func deliver(_ result: Result<Value, Error>) {
-        for group in groups {
-            group.queue.addOperation(DeliveryOperation(handlers: group.handlers, result: result))
+    /// Adds one caller. An absorbed operation is resolved with `result` here, and its own callers
+    /// join the batch, so they are served in the same hops.
+    @inlinable
+    mutating func add(_ caller: Subscriber<Value>, _ result: Result<Value, Error>) {
+        switch caller {
+        case .handler(_, queue: nil):
+            inline.append(caller)
+        case .handler(_, queue: let queue?):
+            let index = group(for: queue)
+            groups[index].callers.append(caller)
+        case .operation(let operation):
+            addCallers(of: operation, result)
         }
-        for handler in inline {
+    }
+
+    /// Resolves an absorbed operation and adds its callers. Not inlined: absorbed operations are
+    /// the slow path, and keeping the recursion out of line lets the rest be specialized.
+    @usableFromInline
+    mutating func addCallers(of operation: ConcurrentOperation<Value>, _ result: Result<Value, Error>) {
+        _ = operation.resolve(with: result, into: &self)
+    }
+
+    /// Hands `result` to every caller: one operation per distinct queue, then the inline callers.
+    @inlinable
+    consuming func deliver(_ result: Result<Value, Error>) {
+        for (queue, callers) in groups {
+            queue.addOperation(DeliveryOperation { Self.serve(callers, with: result) })
+        }
+        Self.serve(inline, with: result)
+    }
+
+    @inlinable
+    static func serve(_ callers: Callers, with result: Result<Value, Error>) {
+        for case .handler(let handler, _)? in callers {
             handler(result)
         }
     }
 
-    private mutating func group(for queue: OperationQueue) -> Int {
+    @inlinable
+    mutating func group(for queue: OperationQueue) -> Int {
         if lastGroup >= 0, groups[lastGroup].queue === queue {
             return lastGroup
         }
-        if let index = groupIndex.isEmpty
-            ? groups.firstIndex(where: { $0.queue === queue })
-            : groupIndex[ObjectIdentifier(queue)]
-        {
+        if groupIndex.isEmpty {
+            for index in groups.indices where groups[index].queue === queue {
+                lastGroup = index
+                return index
+            }
+        } else if let index = groupIndex[ObjectIdentifier(queue)] {
             lastGroup = index
             return index
         }
@@ -63,5 +104,6 @@ struct DeliveryBatch<Value> {
         return lastGroup
     }
 
-    private static var scannedGroups: Int { 8 }
+    @inlinable
+    static var scannedGroups: Int { 8 }
 }

@@ -1,21 +1,24 @@
 import Foundation
 
-/// Calls a batch of completion handlers, in order, with one result, on the queue it runs on.
-final class DeliveryOperation<Value>: Operation, @unchecked Sendable {
-    // @unchecked: both properties are immutable, and the queue hands the operation to one thread.
-    // The handlers are not `@Sendable` (the public API accepts any closure, as Foundation's
-    // completion blocks did); each one is called once, on the queue its caller asked for.
-    private let handlers: ContiguousArray<(Result<Value, Error>) -> Void>
-    private let result: Result<Value, Error>
+/// Serves a batch of callers on the queue it is added to, by running a closure that calls their
+/// handlers in order.
+///
+/// Not generic: the closure is built where the result's type is known, so the loop inside it is
+/// specialized rather than run through generic metadata.
+@usableFromInline
+final class DeliveryOperation: Operation, @unchecked Sendable {
+    // @unchecked: `serve` is immutable and the queue hands the operation to one thread. The
+    // handlers it calls are not `@Sendable` (the public API accepts any closure, as Foundation's
+    // completion blocks do); each one is called once, on the queue its caller asked for.
+    private let serve: () -> Void
 
-    init(handlers: ContiguousArray<(Result<Value, Error>) -> Void>, result: Result<Value, Error>) {
-        self.handlers = handlers
-        self.result = result
+    @usableFromInline
+    init(serve: @escaping () -> Void) {
+        self.serve = serve
     }
 
+    @usableFromInline
     override func main() {
-        for handler in handlers {
-            handler(result)
-        }
+        serve()
     }
 }

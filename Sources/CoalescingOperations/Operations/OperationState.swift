@@ -14,8 +14,11 @@ import Foundation
 ///   comes last moves it to `.finished`.
 ///
 /// Every method here is pure bookkeeping, run under the operation's lock; the operation performs
-/// the effects (KVO, delivery, manager callbacks) afterwards, with no lock held.
+/// the effects (KVO, delivery, manager callbacks) afterwards, with no lock held. What joining and
+/// finishing touch is inlinable, so that those paths are specialized for the caller's `Value`.
+@usableFromInline
 struct OperationState<Value> {
+    @usableFromInline
     enum Phase {
         /// Created; not claimed by a manager and not started.
         case idle
@@ -30,6 +33,7 @@ struct OperationState<Value> {
     }
 
     /// What `start()` must do.
+    @usableFromInline
     enum StartAction {
         /// Call `main()`.
         case run
@@ -42,35 +46,48 @@ struct OperationState<Value> {
     }
 
     /// What the winner of `resolve()` must hand out after releasing the lock.
+    @usableFromInline
     struct Resolution {
-        var callers: ContiguousArray<Subscriber<Value>?>
-        var registration: Registration?
+        @usableFromInline var callers: ContiguousArray<Subscriber<Value>?>
+        /// The one queue every caller shares, if they do.
+        @usableFromInline var callerQueues: CallerQueues
+        @usableFromInline var registration: Registration?
+
+        @inlinable
+        init(callers: ContiguousArray<Subscriber<Value>?>, callerQueues: CallerQueues, registration: Registration?) {
+            self.callers = callers
+            self.callerQueues = callerQueues
+            self.registration = registration
+        }
     }
 
     /// How a manager finds the index entry that this operation fills.
+    @usableFromInline
     struct Registration {
         weak var manager: OperationQueueManager?
         let key: OperationKey
     }
 
-    private(set) var phase = Phase.idle
-    private(set) var isResolved = false
+    @usableFromInline var phase = Phase.idle
+    @usableFromInline var isResolved = false
     /// Every caller has been given the result.
     private var isSettled = false
-    private var callers: ContiguousArray<Subscriber<Value>?> = []
+    @usableFromInline var callers: ContiguousArray<Subscriber<Value>?> = []
     /// Non-nil entries of `callers`; withdrawing leaves a hole so that slots stay valid.
-    private var liveCallers = 0
+    @usableFromInline var liveCallers = 0
+    /// Lets a result reach callers who all share one queue as a whole list, in one hop.
+    @usableFromInline var callerQueues = CallerQueues.none
     /// Absorbed operations may not absorb others, so delivery never nests more than one level.
     private var hasAbsorbed = false
     /// The operation this one rode on, and its slot there, while absorbed.
     private(set) var host: (operation: ConcurrentOperation<Value>, slot: Int)?
-    private var registration: Registration?
+    @usableFromInline var registration: Registration?
     private var priority: PriorityRequests?
 
+    @usableFromInline
     init(caller: Subscriber<Value>?) {
         if let caller {
-            callers.append(caller)
-            liveCallers = 1
+            _ = append(caller)
         }
     }
 
@@ -97,20 +114,29 @@ struct OperationState<Value> {
     }
 
     /// Decides the result. Only the first call wins; it takes every caller still waiting.
+    @inlinable
     mutating func resolve() -> Resolution? {
         guard !isResolved else { return nil }
         isResolved = true
-        let resolution = Resolution(callers: callers, registration: registration)
+        let resolution = Resolution(callers: callers, callerQueues: callerQueues, registration: registration)
         callers = []
         liveCallers = 0
-        host = nil
+        callerQueues = .none
         registration = nil
+        releaseHost()
         return resolution
+    }
+
+    /// Forgets the operation this one rode on, so that the two do not keep each other alive.
+    @usableFromInline
+    mutating func releaseHost() {
+        host = nil
     }
 
     /// Records that the winner of `resolve()` has handed out the result. Returns the lifecycle
     /// keys to post while it moves the operation to `.finished` (see `markFinished()`), or nil
     /// when `start()` has not run yet and will finish it.
+    @usableFromInline
     mutating func settle() -> [String]? {
         isSettled = true
         return switch phase {
@@ -121,6 +147,7 @@ struct OperationState<Value> {
     }
 
     /// Called after `settle()` returned keys, between their KVO `willChange` and `didChange`.
+    @usableFromInline
     mutating func markFinished() {
         phase = .finished
     }
@@ -133,6 +160,7 @@ struct OperationState<Value> {
     }
 
     /// Whether more callers may still join this operation's work.
+    @inlinable
     var acceptsCallers: Bool {
         !isResolved
     }
@@ -144,8 +172,23 @@ struct OperationState<Value> {
     }
 
     /// Adds a caller; returns its slot, or nil when the work is already decided.
+    @inlinable
     mutating func subscribe(_ caller: Subscriber<Value>) -> Int? {
         guard acceptsCallers else { return nil }
+        return append(caller)
+    }
+
+    @inlinable
+    mutating func append(_ caller: Subscriber<Value>) -> Int {
+        if case .handler(_, let queue) = caller {
+            callerQueues.add(queue)
+        } else {
+            callerQueues = .several
+        }
+        if callers.count == 1 {
+            // Work that one caller joins often draws a crowd: grow once, not at every doubling.
+            callers.reserveCapacity(16)
+        }
         callers.append(caller)
         liveCallers += 1
         return callers.count - 1
@@ -165,9 +208,7 @@ struct OperationState<Value> {
     /// Adds an absorbed operation as a caller. Check `canAbsorb` first.
     mutating func absorb(_ operation: ConcurrentOperation<Value>) -> Int {
         hasAbsorbed = true
-        callers.append(.operation(operation))
-        liveCallers += 1
-        return callers.count - 1
+        return append(.operation(operation))
     }
 
     /// Removes the caller in `slot`, if it is still waiting.

@@ -1,6 +1,7 @@
 import Foundation
 
 /// One caller waiting for an operation's result.
+@usableFromInline
 enum Subscriber<Value> {
     /// A completion handler, called on `queue`, or on the finishing thread when `queue` is nil.
     case handler((Result<Value, Error>) -> Void, queue: OperationQueue?)

@@ -6,7 +6,9 @@
 /// continuation there; every state a slot can meet in between is handled, so no interleaving of
 /// completion, cancellation and leaving resumes a continuation twice or never.
 final class InFlightCall<Value: Sendable>: Sendable {
-    typealias Waiter = CheckedContinuation<Value, Error>
+    // Unsafe rather than checked: `State` resumes each parked continuation exactly once (the
+    // tests drive every interleaving), and the checked kind costs an allocation per waiter.
+    typealias Waiter = UnsafeContinuation<Value, Error>
 
     private let state: LockedState<State>
 
@@ -50,16 +52,26 @@ final class InFlightCall<Value: Sendable>: Sendable {
         return (call, 0)
     }
 
-    /// Reserves a place for one more waiter, unless the work already ended or was abandoned.
-    func reserve() -> Int? {
-        state.withLock { $0.reserve() }
+    /// Reserves a place for one more waiter, unless the work already ended or was abandoned, and
+    /// raises the work's priority to the waiter's if it is more urgent.
+    func reserve(escalatingTo priority: TaskPriority) -> Int? {
+        let (slot, task) = state.withLock { state -> (Int?, Task<Void, Never>?) in
+            guard let slot = state.reserve() else { return (nil, nil) }
+            return (slot, state.escalate(to: priority))
+        }
+        if let task {
+            Self.escalate(task, to: priority)
+        }
+        return slot
     }
 
     /// Waits in `slot` for the result. Throws `CancellationError` as soon as the waiting task is
     /// cancelled, leaving the work to the other waiters; the last one to leave cancels the work.
-    func wait(in slot: Int) async throws -> Value {
+    ///
+    /// Runs on the caller's actor (the coalescer's), so that parking costs no hop off it.
+    func wait(in slot: Int, isolation: isolated (any Actor)? = #isolation) async throws -> Value {
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (waiter: Waiter) in
+            try await withUnsafeThrowingContinuation { (waiter: Waiter) in
                 if let outcome = state.withLock({ $0.park(waiter, in: slot) }) {
                     waiter.resume(with: outcome)
                 }
@@ -74,16 +86,6 @@ final class InFlightCall<Value: Sendable>: Sendable {
     /// How many callers wait for the work while it runs; for tests.
     var waitingCount: Int {
         state.withLock { $0.isRunning ? $0.waiting : 0 }
-    }
-
-    /// Raises the work's priority to a more urgent waiter's.
-    func escalate(to priority: TaskPriority) {
-        let task = state.withLock { $0.escalate(to: priority) }
-        #if compiler(>=6.2)
-        if let task, #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
-            task.escalatePriority(to: priority)
-        }
-        #endif
     }
 
     /// Hands `result` to every waiter. Does nothing if the work was cancelled or abandoned first.
@@ -101,6 +103,15 @@ final class InFlightCall<Value: Sendable>: Sendable {
         for waiter in waiters {
             waiter.resume(throwing: CancellationError())
         }
+    }
+
+    /// Raises `task`'s priority, on runtimes that can (Swift 6.2 and later).
+    private static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+        #if compiler(>=6.2)
+        if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+            task.escalatePriority(to: priority)
+        }
+        #endif
     }
 
     private struct State {

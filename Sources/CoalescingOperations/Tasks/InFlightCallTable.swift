@@ -12,19 +12,19 @@ struct InFlightCallTable<Key: Hashable & Sendable, Value: Sendable> {
     ///   - name: The name of that task.
     ///   - operation: The work, if new work starts.
     ///   - onEnd: Called when new work ends; the owner must then call ``remove(_:ifSameAs:)``.
+    ///     Only evaluated when new work starts.
     /// - Returns: The call, and the slot reserved in it for this caller.
     mutating func reserve(
         _ key: Key,
         priority: TaskPriority?,
         name: String?,
         operation: @escaping @Sendable () async throws -> Value,
-        onEnd: @escaping @Sendable (InFlightCall<Value>) async -> Void
+        onEnd: @autoclosure () -> @Sendable (InFlightCall<Value>) async -> Void
     ) -> (call: InFlightCall<Value>, slot: Int) {
-        if let call = calls[key], let slot = call.reserve() {
-            call.escalate(to: Task.currentPriority)
+        if let call = calls[key], let slot = call.reserve(escalatingTo: Task.currentPriority) {
             return (call, slot)
         }
-        let started = InFlightCall.start(priority: priority, name: name, operation: operation, onEnd: onEnd)
+        let started = InFlightCall.start(priority: priority, name: name, operation: operation, onEnd: onEnd())
         calls[key] = started.call
         return started
     }
