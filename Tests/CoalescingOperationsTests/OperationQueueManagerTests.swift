@@ -432,6 +432,33 @@ final class OperationQueueManagerTests: XCTestCase {
         recorder.assertValue("third", "new")
     }
 
+    // MARK: Lifetime
+
+    func testWorkInFlightKeepsItsManagerAliveUntilItsResultIsDecided() {
+        let queue = Queues.concurrent("work", suspended: true)
+        let recorder = ResultRecorder<Int>()
+        weak var weakManager: OperationQueueManager?
+        do {
+            let manager = OperationQueueManager(queue: queue)
+            weakManager = manager
+            for caller in ["a", "b"] {
+                manager.enqueue(
+                    operation: TestOperation<Int>(
+                        callBackQueue: callbacks, work: { $0.finish(result: .success(1)) },
+                        completionHandler: recorder.handler(caller)))
+            }
+        }
+        XCTAssertNotNil(weakManager, "the pending work holds it")
+
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(recorder.waitForCalls(2))
+
+        XCTAssertNil(weakManager, "released once the work was decided")
+        recorder.assertValue("a", 1)
+        recorder.assertValue("b", 1)
+    }
+
     // MARK: Priority
 
     func testAMoreUrgentCallerRaisesThePriorityOfPendingWork() {

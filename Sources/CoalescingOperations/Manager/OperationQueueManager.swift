@@ -18,7 +18,8 @@ import Foundation
 /// Share one manager between every part of the app that should coalesce with the others. Finding
 /// in-flight work costs one dictionary look-up, whatever the number of pending operations.
 ///
-/// All methods are safe to call from any thread, including from completion handlers.
+/// All methods are safe to call from any thread, including from completion handlers. Work in
+/// flight keeps its manager alive until its result is decided.
 public final class OperationQueueManager: @unchecked Sendable {
     // @unchecked: `queue` is thread-safe itself; `inFlight` is guarded by its lock.
 

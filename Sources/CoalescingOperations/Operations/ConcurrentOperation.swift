@@ -160,7 +160,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Tells the manager that admitted this operation that its work is decided.
     @usableFromInline
     final func leave(_ registration: OperationState<Value>.Registration) {
-        registration.manager?.operationDidResolve(self, key: registration.key)
+        registration.manager.operationDidResolve(self, key: registration.key)
     }
 
     /// Records that every caller has the result, and finishes the lifecycle if `start()` ran.
