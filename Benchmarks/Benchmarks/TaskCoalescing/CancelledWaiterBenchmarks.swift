@@ -30,15 +30,7 @@ func registerCancelledWaiterBenchmarks() {
         await coalescer.probe()
 
         benchmark.startMeasurement()
-        for task in tasks {
-            task.cancel()
-        }
-        var left = 0
-        for task in tasks {
-            if case .failure(is CancellationError) = await task.result {
-                left += 1
-            }
-        }
+        let left = await cancelAndCountLeavers(tasks)
         benchmark.stopMeasurement()
 
         await held.release()
@@ -61,19 +53,25 @@ func registerCancelledWaiterBenchmarks() {
         await arrivals.waitForAll()
 
         benchmark.startMeasurement()
-        for task in tasks {
-            task.cancel()
-        }
-        var left = 0
-        for task in tasks {
-            if case .failure(is CancellationError) = await task.result {
-                left += 1
-            }
-        }
+        let left = await cancelAndCountLeavers(tasks)
         benchmark.stopMeasurement()
 
         if left != waiters {
             benchmark.error("\(left) of \(waiters) waiters left")
         }
     }
+}
+
+/// Cancels every task, then counts those that ended by throwing `CancellationError`.
+private func cancelAndCountLeavers<Success>(_ tasks: [Task<Success, Error>]) async -> Int {
+    for task in tasks {
+        task.cancel()
+    }
+    var left = 0
+    for task in tasks {
+        if case .failure(is CancellationError) = await task.result {
+            left += 1
+        }
+    }
+    return left
 }

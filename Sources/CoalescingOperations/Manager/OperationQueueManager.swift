@@ -119,7 +119,7 @@ public final class OperationQueueManager: @unchecked Sendable {
         if let joined = join(identifier: identifier, caller) {
             return joined
         }
-        return startWork(identifier: identifier, caller: caller, makeOperation: makeOperation)
+        return startWork(for: caller, makeOperation: makeOperation)
     }
 
     /// Adds `caller` to the work in flight for `identifier`, if there is any.
@@ -143,8 +143,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     /// started meanwhile if there is some.
     @usableFromInline
     func startWork<Value>(
-        identifier: String,
-        caller: Subscriber<Value>,
+        for caller: Subscriber<Value>,
         makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
         let operation = makeOperation()
