@@ -149,10 +149,7 @@ public final class OperationQueueManager: @unchecked Sendable {
         let operation = makeOperation()
         guard let slot = operation.subscribe(caller) else {
             // `makeOperation` returned an operation that already finished or was cancelled.
-            let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
-            var batch = DeliveryBatch<Value>()
-            batch.add(caller, cancelled)
-            batch.deliver(cancelled)
+            DeliveryBatch.cancel(caller)
             return CoalescingHandle(.ignored, operation: nil, slot: nil)
         }
         let admission = enqueue(operation: operation).admission
@@ -212,7 +209,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     func waitingCallers<Value>(identifier: String, valueType: Value.Type) -> Int {
         let key = OperationKey(identifier: identifier, valueType: valueType)
         guard let entry = inFlight.withLock({ $0[key] }) else { return 0 }
-        return unsafeDowncast(entry, to: CoalescibleOperation<Value>.self).state.withLock { $0.waitingCallers }
+        return unsafeDowncast(entry, to: CoalescibleOperation<Value>.self).state.withLock { $0.liveCallers }
     }
 
     /// Forgets `operation`'s entry, unless new work has taken its key since.

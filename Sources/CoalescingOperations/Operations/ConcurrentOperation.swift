@@ -185,10 +185,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     final func withdraw(slot: Int?) {
         let (removed, abandoned) = state.withLock { $0.withdraw(slot: slot) }
         if let removed {
-            let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
-            var batch = DeliveryBatch<Value>()
-            batch.add(removed, cancelled)
-            batch.deliver(cancelled)
+            DeliveryBatch.cancel(removed)
         }
         if abandoned {
             cancel()

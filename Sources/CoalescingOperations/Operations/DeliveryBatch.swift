@@ -61,6 +61,16 @@ struct DeliveryBatch<Value> {
         _ = operation.resolve(with: result, into: &self)
     }
 
+    /// Tells one caller that it will not get the work's result: it was withdrawn, or it could
+    /// not join.
+    @usableFromInline
+    static func cancel(_ caller: Subscriber<Value>) {
+        let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
+        var batch = DeliveryBatch()
+        batch.add(caller, cancelled)
+        batch.deliver(cancelled)
+    }
+
     /// Hands `result` to every caller: one operation per distinct queue, then the inline callers.
     @inlinable
     consuming func deliver(_ result: Result<Value, Error>) {

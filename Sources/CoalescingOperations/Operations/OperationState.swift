@@ -84,7 +84,7 @@ struct OperationState<Value> {
     /// Absorbed operations may not absorb others, so delivery never nests more than one level.
     private var hasAbsorbed = false
     /// The operation this one rode on, and its slot there, while absorbed.
-    private(set) var host: (operation: ConcurrentOperation<Value>, slot: Int)?
+    @usableFromInline var host: (operation: ConcurrentOperation<Value>, slot: Int)?
     @usableFromInline var registration: Registration?
     private var priority: PriorityRequests?
 
@@ -127,14 +127,8 @@ struct OperationState<Value> {
         liveCallers = 0
         callerQueues = .none
         registration = nil
-        releaseHost()
+        host = nil  // So that an absorbed operation and its host do not keep each other alive.
         return resolution
-    }
-
-    /// Forgets the operation this one rode on, so that the two do not keep each other alive.
-    @usableFromInline
-    mutating func releaseHost() {
-        host = nil
     }
 
     /// Records that the winner of `resolve()` has handed out the result. Returns the lifecycle
@@ -157,11 +151,6 @@ struct OperationState<Value> {
     }
 
     // MARK: Callers
-
-    /// How many callers wait for the result (an absorbed operation counts as one).
-    var waitingCallers: Int {
-        liveCallers
-    }
 
     /// Whether more callers may still join this operation's work.
     @inlinable
