@@ -205,6 +205,253 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 1)
     }
+
+    func testAConsumerArrivingAsThePrefetchCompletesTakesItsValueWithoutRunningTheWorkAgain() async throws {
+        // Guards bug 4 of issue 9: a consumer arriving after the prefetch's work had resumed its
+        // waiters, but before the result was stored, claimed the prefetch without joining it, ran
+        // the work again, and kept the prefetcher from storing.
+        // Guarantees: task coalescers, prefetch stores for one consumer.
+        let runs = self.runs
+        let coalescer = makeCoalescer()
+        let work = AsyncGate()
+        // Holds every party that would store the result inside the window the bug needed.
+        let storing = AsyncGate()
+        await coalescer.setBeforeSettlingForTesting { await storing.waitIgnoringCancellation() }
+        let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(work, runs)) }
+        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        work.open()
+        await waitUntil("the work ended") { await coalescer.waitingCount(for: "feed") == 0 }
+
+        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        storing.open()
+        try await prefetch.value
+
+        XCTAssertEqual(consumed, 1, "the consumer took the prefetch's value")
+        XCTAssertEqual(runs.current, 1, "the work did not run again")
+        let stored = await coalescer.storedCount
+        XCTAssertEqual(stored, 0, "the value went to one consumer and was not stored as well")
+    }
+
+    func testAConsumerCancelledWhileJoiningAPrefetchLeavesItsValueForTheNextConsumer() async throws {
+        // Guards bug 5 of issue 9: a consumer that joined a prefetch in flight and was then
+        // cancelled kept its claim, so the prefetched value was never stored.
+        // Guarantees: task coalescers, prefetch stores for one consumer.
+        let runs = self.runs
+        let coalescer = makeCoalescer()
+        let gate = AsyncGate()
+        let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
+        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        let consumer = Task { try await coalescer.deduplicated(key: "feed", operation: counting(runs)) }
+        await waitUntil("the consumer joined") { await coalescer.waitingCount(for: "feed") == 2 }
+
+        consumer.cancel()
+        await XCTAssertThrowsCancellation(try await consumer.value)
+        gate.open()
+        try await prefetch.value
+
+        let next = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        XCTAssertEqual(next, 1, "the next consumer took the prefetched value")
+        XCTAssertEqual(runs.current, 1)
+    }
+
+    func testAPrefetchStillWaitingStoresItsValueWhenAnotherPrefetcherIsCancelled() async throws {
+        // Guards bug 6 of issue 9: with two prefetchers for one key, cancelling the first dropped
+        // the prefetch's ticket, so the second never stored the value.
+        // Guarantees: task coalescers, prefetch stores for one consumer.
+        let runs = self.runs
+        let coalescer = makeCoalescer()
+        let gate = AsyncGate()
+        let first = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
+        await waitUntil("the first prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        let second = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
+        await waitUntil("the second prefetch joined") { await coalescer.waitingCount(for: "feed") == 2 }
+
+        first.cancel()
+        await XCTAssertThrowsCancellation(try await first.value)
+        gate.open()
+        try await second.value
+
+        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        XCTAssertEqual(consumed, 1, "the value was stored for the consumer")
+        XCTAssertEqual(runs.current, 1)
+    }
+
+    func testRandomInterleavingsOfPrefetchConsumeInvalidateAndCancellationKeepTheRules() async throws {
+        // Guards bugs 4, 5 and 6 of issue 9 across interleavings the tests above do not pin down:
+        // a consumer racing the prefetch's end, a claimant leaving before or after the work ends,
+        // prefetchers cancelled in any order, and invalidation at any point.
+        // Guarantees: task coalescers, prefetch stores for one consumer.
+        let environment = ProcessInfo.processInfo.environment
+        let seed =
+            environment["COALESCING_PREFETCH_STRESS_SEED"].flatMap(UInt64.init) ?? .random(in: 0...UInt64.max)
+        print("PrefetchableTaskCoalescer stress seed \(seed); replay with COALESCING_PREFETCH_STRESS_SEED=\(seed)")
+        var random = SplitMix64(seed: seed)
+        let keys = ["a", "b", "c"]
+        let rounds = 1500
+
+        for round in 0..<rounds {
+            let plans = keys.map { _ in StressPlan.random(using: &random) }
+            let coalescer = makeCoalescer()
+            let problems = await withTaskGroup(of: [String].self) { group in
+                for (key, plan) in zip(keys, plans) {
+                    group.addTask { await plan.run(on: coalescer, key: key) }
+                }
+                return await group.reduce(into: []) { $0 += $1 }
+            }
+            for problem in problems {
+                XCTFail("seed \(seed), round \(round): \(problem)")
+            }
+            if !problems.isEmpty { return }
+        }
+    }
+}
+
+/// One random scenario for one key: prefetchers start gated work, then the test opens the gate,
+/// launches a consumer, cancels tasks and invalidates in a random order, with no waiting between.
+private struct StressPlan {
+    enum Mode {
+        /// Nothing invalidated and one prefetcher kept: the prefetch's value must reach exactly
+        /// one consumer, with no second run.
+        case strict
+        case invalidated
+        case everyPrefetcherCancelled
+    }
+
+    enum Action {
+        case openGate, launchConsumer, cancelConsumer, cancelFirstPrefetcher, cancelSecondPrefetcher
+        case invalidate, yield
+    }
+
+    let mode: Mode
+    let prefetchers: Int
+    let actions: [Action]
+
+    static func random(using random: inout SplitMix64) -> StressPlan {
+        let mode = [Mode.strict, .strict, .invalidated, .everyPrefetcherCancelled].randomElement(using: &random)!
+        let prefetchers = Int.random(in: 1...2, using: &random)
+        var actions: [Action] = [.openGate, .launchConsumer]
+        if Bool.random(using: &random) {
+            actions.append(.cancelConsumer)
+        }
+        switch mode {
+        case .strict:
+            if prefetchers == 2, Bool.random(using: &random) {
+                actions.append(.cancelFirstPrefetcher)
+            }
+        case .invalidated:
+            actions.append(.invalidate)
+            if Bool.random(using: &random) {
+                actions.append(.cancelFirstPrefetcher)
+            }
+        case .everyPrefetcherCancelled:
+            actions.append(.cancelFirstPrefetcher)
+            if prefetchers == 2 {
+                actions.append(.cancelSecondPrefetcher)
+            }
+        }
+        actions += Array(repeating: .yield, count: Int.random(in: 0...3, using: &random))
+        actions.shuffle(using: &random)
+        return StressPlan(mode: mode, prefetchers: prefetchers, actions: actions)
+    }
+
+    /// Runs the scenario; returns the rules it saw broken.
+    func run(on coalescer: PrefetchableTaskCoalescer<String, Int>, key: String) async -> [String] {
+        let runs = Counter()
+        let gate = AsyncGate()
+        let outcomes = LockedBox<[String: [Result<Int, Error>]]>([:])
+        @Sendable func record(_ caller: String, _ result: Result<Int, Error>) {
+            outcomes.mutate { $0[caller, default: []].append(result) }
+        }
+        func launch(_ caller: String, _ body: @escaping @Sendable () async throws -> Int) -> Task<Void, Never> {
+            Task {
+                do {
+                    record(caller, .success(try await body()))
+                } catch {
+                    record(caller, .failure(error))
+                }
+            }
+        }
+
+        var prefetchTasks: [Task<Void, Never>] = []
+        for index in 0..<prefetchers {
+            prefetchTasks.append(
+                launch("prefetcher \(index)") {
+                    try await coalescer.prefetch(key: key, operation: gated(gate, runs))
+                    return 0
+                })
+            await waitUntil("prefetcher \(index) joined") { await coalescer.waitingCount(for: key) == index + 1 }
+        }
+        var consumer: Task<Void, Never>?
+        var consumerCancelled = false
+        for action in actions {
+            switch action {
+            case .openGate: gate.open()
+            case .launchConsumer:
+                consumer = launch("consumer") {
+                    try await coalescer.deduplicated(key: key, operation: gated(gate, runs))
+                }
+                if consumerCancelled { consumer?.cancel() }
+            case .cancelConsumer:
+                consumerCancelled = true
+                consumer?.cancel()
+            case .cancelFirstPrefetcher: prefetchTasks[0].cancel()
+            case .cancelSecondPrefetcher: prefetchTasks[1].cancel()
+            case .invalidate: await coalescer.invalidate(key: key)
+            case .yield: await Task.yield()
+            }
+        }
+        for task in prefetchTasks + [consumer].compactMap({ $0 }) {
+            await task.value
+        }
+
+        var problems: [String] = []
+        let seen = outcomes.value
+        for (caller, results) in seen where results.count != 1 {
+            problems.append("\(key): \(caller) returned or threw \(results.count) times")
+        }
+        if seen.count != prefetchers + 1 {
+            problems.append("\(key): \(seen.count) of \(prefetchers + 1) calls ended")
+        }
+        for case .failure(let error) in seen.values.joined() where !(error is CancellationError) {
+            problems.append("\(key): unexpected error \(error)")
+        }
+        let first = try? seen["consumer"]?.first?.get()
+        guard let second = try? await coalescer.deduplicated(key: key, operation: counting(runs)) else {
+            return problems + ["\(key): the second consumer failed"]
+        }
+        if second == first {
+            problems.append("\(key): value \(second) was served to two consumers")
+        }
+        let runsInRound = runs.current
+        // Whatever the round left stored is the next consumer's alone, and costs no run.
+        guard (try? await coalescer.prefetch(key: key, operation: counting(runs))) != nil else {
+            return problems + ["\(key): the closing prefetch failed"]
+        }
+        let runsBefore = runs.current
+        let third = try? await coalescer.deduplicated(key: key, operation: counting(runs))
+        if runs.current != runsBefore || third == nil || third == first || third == second {
+            problems.append(
+                "\(key): the closing consumer got \(String(describing: third)) after \(String(describing: first)), \(second)"
+            )
+        }
+
+        guard mode == .strict else { return problems }
+        let kept = "prefetcher \(prefetchers - 1)"
+        if case .failure(let error) = seen[kept]?.first {
+            problems.append("\(key): \(kept), never cancelled, threw \(error)")
+        }
+        // The prefetch ran once and its value went to the consumer, or to the next one if the
+        // consumer was cancelled before getting it.
+        switch first {
+        case .some(let value) where value != 1 || second != 2 || runsInRound != 2:
+            problems.append("\(key): the consumer got \(value), the next \(second), after \(runsInRound) runs")
+        case nil where second != 1 || runsInRound != 1:
+            problems.append("\(key): after a cancelled consumer, the next got \(second), after \(runsInRound) runs")
+        default:
+            break
+        }
+        return problems
+    }
 }
 
 /// Work that counts its runs and returns the run number.

@@ -83,6 +83,18 @@ final class InFlightCall<Value: Sendable>: Sendable {
         }
     }
 
+    /// How the call ended, for an owner that acts on its result after the waiters were resumed:
+    /// nil while the work runs; `CancellationError` if it was cancelled or abandoned.
+    var ending: Result<Value, Error>? {
+        state.withLock { state in
+            switch state.outcome {
+            case .running: nil
+            case .abandoned: .failure(CancellationError())
+            case .finished(let result): result
+            }
+        }
+    }
+
     /// How many callers wait for the work while it runs; for tests.
     var waitingCount: Int {
         state.withLock { $0.isRunning ? $0.waiting : 0 }
