@@ -87,7 +87,7 @@ struct OperationStateTests {
         let withdrawal = state.withdraw(slot: 0)
         #expect(withdrawal.removed == nil)
         #expect(!state.canAbsorb)
-        #expect(!state.canBeAbsorbed)
+        #expect(!state.isFresh)
     }
 
     @Test("Callers on one queue are handed the result as one list; a second queue splits them")

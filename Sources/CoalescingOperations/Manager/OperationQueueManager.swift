@@ -70,6 +70,11 @@ public final class OperationQueueManager: @unchecked Sendable {
                     switch host.absorb(operation, priority: priority) {
                     case .absorbed(let applyPriority): return (.joinedWork, applyPriority ? host : nil)
                     case .operationUnavailable: return (.ignored, nil)
+                    case .operationCarriesOthers:
+                        // It runs as work of its own, beside the indexed work, so that its callers
+                        // hear back; the index keeps pointing at the work already in flight.
+                        guard operation.claim(registration: nil, priority: priority) else { return (.ignored, nil) }
+                        return (.startedWork, operation)
                     case .hostUnavailable: break  // Finished or cancelled: start new work instead.
                     }
                 }

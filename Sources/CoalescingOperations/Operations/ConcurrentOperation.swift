@@ -130,13 +130,16 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
     ///   its caller only; see ``CoalescibleOperation``.
     open override func cancel() {
-        super.cancel()
+        // Decide the result before Foundation hears of the cancellation: `super.cancel()` makes an
+        // operation that waits on dependencies ready, and its queue may then start it at once on
+        // another thread, where `start()` must find the result decided and not call `main()`.
         if let host = state.withLock({ $0.host }) {
             // Serving the withdrawn slot resolves this operation with `.cancelled`.
             host.operation.withdraw(slot: host.slot)
         } else {
             finish(result: .failure(ConcurrentOperationError.cancelled))
         }
+        super.cancel()
     }
 
     // MARK: Callers
@@ -199,6 +202,9 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         case absorbed(applyPriority: Bool)
         /// The operation cannot ride on anything: it is queued, absorbed, started or decided.
         case operationUnavailable
+        /// The operation is fresh but carries operations it absorbed by hand: it must run its own
+        /// work, because delivery never nests more than one level.
+        case operationCarriesOthers
         /// This operation takes no more operations: its result is decided, or it rides on another.
         case hostUnavailable
     }
@@ -212,7 +218,8 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     final func absorb(_ operation: ConcurrentOperation<Value>, priority: OperationPriority?) -> Absorption {
         guard operation !== self else { return .operationUnavailable }
         return withBothStates(self, operation) { host, joiner in
-            guard joiner.canBeAbsorbed else { return .operationUnavailable }
+            guard joiner.isFresh else { return .operationUnavailable }
+            guard !joiner.hasAbsorbed else { return .operationCarriesOthers }
             guard host.canAbsorb else { return .hostUnavailable }
             joiner.becomeAbsorbed(by: self, slot: host.absorb(operation))
             let applyPriority = priority.map { host.request($0) } ?? false

@@ -21,4 +21,13 @@ final class DeliveryOperation: Operation, @unchecked Sendable {
     override func main() {
         serve()
     }
+
+    /// Does nothing: a delivery carries results its callers are owed.
+    ///
+    /// Foundation's `start()` skips `main()` on a cancelled operation, so a delivery that could be
+    /// cancelled would lose its callers' callbacks whenever something cancels the operations on
+    /// their queue: ``OperationQueueManager/cancelAll()`` when the callback queue is the manager's
+    /// own, `cancelAllOperations()` on a busy callback queue, or an app clearing its own queue.
+    @usableFromInline
+    override func cancel() {}
 }

@@ -82,7 +82,7 @@ struct OperationState<Value> {
     /// Lets a result reach callers who all share one queue as a whole list, in one hop.
     @usableFromInline var callerQueues = CallerQueues.none
     /// Absorbed operations may not absorb others, so delivery never nests more than one level.
-    private var hasAbsorbed = false
+    private(set) var hasAbsorbed = false
     /// The operation this one rode on, and its slot there, while absorbed.
     @usableFromInline var host: (operation: ConcurrentOperation<Value>, slot: Int)?
     @usableFromInline var registration: Registration?
@@ -187,12 +187,14 @@ struct OperationState<Value> {
         return callers.count - 1
     }
 
-    /// Whether this operation may ride on another's work.
-    var canBeAbsorbed: Bool {
-        phase == .idle && !isResolved && !hasAbsorbed
+    /// Whether this operation is untouched: not enqueued, absorbed or started, its result open.
+    /// A fresh operation may ride on another's work unless it ``hasAbsorbed`` others itself.
+    var isFresh: Bool {
+        phase == .idle && !isResolved
     }
 
-    /// Records that this operation now rides on `host`, in `slot`. Check `canBeAbsorbed` first.
+    /// Records that this operation now rides on `host`, in `slot`. Check `isFresh` and
+    /// `hasAbsorbed` first.
     mutating func becomeAbsorbed(by host: ConcurrentOperation<Value>, slot: Int) {
         phase = .absorbed
         self.host = (host, slot)
