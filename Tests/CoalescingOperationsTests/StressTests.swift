@@ -2,8 +2,12 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC point 2 under load: random interleavings of enqueue, join, finish, withdrawal and
-/// cancellation from several threads lose no callback and double none.
+/// Guarantee 2 under load: random interleavings of enqueue, join, finish, withdrawal and
+/// cancellation from several threads lose no callback and double none. The mix includes the
+/// manager's own queue as a callback queue, `cancelAll()` and the queue's `cancelAllOperations()`,
+/// operations waiting on dependencies (cancelled or not, and cancelled while they wait), and
+/// operations coalesced by hand: each found a bug once (issue 9), and the mix fails when any of
+/// them is put back.
 final class StressTests: XCTestCase {
     struct WorkFailed: Error {}
 
@@ -12,12 +16,35 @@ final class StressTests: XCTestCase {
         // @unchecked: `counts` and `wrongResults` are guarded by `lock`.
         private let lock = NSLock()
         private var counts: [Int]
+        private var expected: Set<Int> = []
+        private var isRegistering = true
         private var wrongResults: [String] = []
         private let everyoneCalled = DispatchSemaphore(value: 0)
         private var total = 0
 
+        /// - Parameter callers: How many caller numbers there may be; only those passed to
+        ///   `expect(_:)` are owed a callback.
         init(callers: Int) {
             counts = Array(repeating: 0, count: callers)
+        }
+
+        /// Records that `caller` exists and is owed exactly one callback.
+        func expect(_ caller: Int) {
+            lock.withLock { _ = expected.insert(caller) }
+        }
+
+        /// Records a broken rule that is not about one callback.
+        func fail(_ what: String) {
+            lock.withLock { wrongResults.append(what) }
+        }
+
+        /// Says that every caller is registered, so that the last callback can be recognised.
+        func stopRegistering() {
+            let isDone = lock.withLock {
+                isRegistering = false
+                return total == expected.count
+            }
+            if isDone { everyoneCalled.signal() }
         }
 
         func record(caller: Int, identifier: Int, result: Result<Int, Error>) {
@@ -34,7 +61,7 @@ final class StressTests: XCTestCase {
                 counts[caller] += 1
                 total += 1
                 if let wrong { wrongResults.append(wrong) }
-                return total == counts.count
+                return !isRegistering && total == expected.count
             }
             if isLast { everyoneCalled.signal() }
         }
@@ -46,7 +73,7 @@ final class StressTests: XCTestCase {
         var report: (lost: [Int], doubled: [Int], wrong: [String]) {
             lock.withLock {
                 (
-                    counts.indices.filter { counts[$0] == 0 }, counts.indices.filter { counts[$0] > 1 },
+                    expected.sorted().filter { counts[$0] == 0 }, counts.indices.filter { counts[$0] > 1 },
                     wrongResults
                 )
             }
@@ -60,8 +87,17 @@ final class StressTests: XCTestCase {
         print("StressTests seed \(seed), \(callers) callers; replay with COALESCING_STRESS_SEED=\(seed)")
 
         let manager = OperationQueueManager()
-        let callbackQueues = (0..<4).map { Queues.concurrent("callbacks \($0)") }
-        let tally = Tally(callers: callers)
+        // The manager's own queue is a callback queue too: `cancelAll()` and
+        // `cancelAllOperations()` then meet results on their way to callers.
+        let callbackQueues = (0..<4).map { Queues.concurrent("callbacks \($0)") } + [manager.queue]
+        let dependencyQueue = Queues.concurrent("dependencies")
+        // Operations cancelled while a dependency still held them back: their work must never run.
+        let cancelledBeforeStart = LockedBox(Set<ObjectIdentifier>())
+        // Foundation on Linux keeps unretained references from a dependency to its dependents, so
+        // both stay alive until the end.
+        let keptAlive = LockedBox([Operation]())
+        // Hand-coalesced riders are numbered after every regular caller.
+        let tally = Tally(callers: 2 * callers)
         let pendingFinishes = DispatchGroup()
         let threads = 4
         let perThread = callers / threads
@@ -75,6 +111,9 @@ final class StressTests: XCTestCase {
                 let finishing = Int.random(in: 0..<5, using: &random)
                 let delay = Int.random(in: 0..<200, using: &random)
                 let work: @Sendable (TestOperation<Int>) -> Void = { operation in
+                    if cancelledBeforeStart.value.contains(ObjectIdentifier(operation)) {
+                        tally.fail("seed \(seed): work of an operation cancelled before it started ran")
+                    }
                     let result: Result<Int, Error> = finishing == 4 ? .failure(WorkFailed()) : .success(identifier)
                     switch finishing {
                     case 0:
@@ -98,9 +137,40 @@ final class StressTests: XCTestCase {
                 }
                 let callBackQueue = callbackQueues[caller % callbackQueues.count]
 
+                tally.expect(caller)
                 let operation: TestOperation<Int>?
                 let handle: CoalescingHandle<Int>
-                if Bool.random(using: &random) {
+                let shape = Int.random(in: 0..<100, using: &random)
+                if shape < 4 {
+                    // An operation waiting on a dependency, perhaps cancelled while it waits.
+                    let dependency = BlockOperation {}
+                    operation = TestOperation(
+                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
+                    operation!.addDependency(dependency)
+                    keptAlive.mutate { $0 += [dependency, operation!] }
+                    handle = manager.enqueue(operation: operation!)
+                    if shape < 2 {
+                        cancelledBeforeStart.mutate { _ = $0.insert(ObjectIdentifier(operation!)) }
+                        operation!.cancel()
+                    }
+                    if shape == 1 || shape == 3 {
+                        dependency.cancel()
+                    }
+                    dependencyQueue.addOperation(dependency)
+                } else if shape < 6 {
+                    // Coalesced by hand before the manager sees it.
+                    let rider = callers + caller
+                    tally.expect(rider)
+                    operation = TestOperation(
+                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
+                    let riding = TestOperation<Int>(
+                        "\(identifier)", callBackQueue: callBackQueue, work: work,
+                        completionHandler: { tally.record(caller: rider, identifier: identifier, result: $0) })
+                    if !operation!.coalesce(operation: riding) {
+                        tally.fail("seed \(seed): a fresh operation refused to absorb another by hand")
+                    }
+                    handle = manager.enqueue(operation: operation!)
+                } else if shape < 53 {
                     operation = TestOperation(
                         "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
                     handle = manager.enqueue(operation: operation!)
@@ -111,11 +181,13 @@ final class StressTests: XCTestCase {
                         makeOperation: { TestOperation("\(identifier)", work: work) }, completionHandler: handler)
                 }
 
-                switch Int.random(in: 0..<100, using: &random) {
-                case 0..<8: handle.cancel()
-                case 8..<12: (operation as Operation?)?.cancel() ?? handle.cancel()
-                case 12: manager.cancel(identifier: "\(identifier)")
-                case 13..<18:
+                switch Int.random(in: 0..<10_000, using: &random) {
+                case 0..<5: manager.cancelAll()
+                case 5..<10: manager.queue.cancelAllOperations()
+                case 10..<800: handle.cancel()
+                case 800..<1200: (operation as Operation?)?.cancel() ?? handle.cancel()
+                case 1200..<1300: manager.cancel(identifier: "\(identifier)")
+                case 1300..<1800:
                     pendingFinishes.enter()
                     DispatchQueue.global().async {
                         handle.cancel()
@@ -126,8 +198,10 @@ final class StressTests: XCTestCase {
             }
         }
 
+        tally.stopRegistering()
         let everyoneCalled = tally.waitForEveryone(seconds: 300)
         pendingFinishes.wait()
+        dependencyQueue.waitUntilAllOperationsAreFinished()
         manager.queue.waitUntilAllOperationsAreFinished()
         callbackQueues.forEach { $0.waitUntilAllOperationsAreFinished() }
 
