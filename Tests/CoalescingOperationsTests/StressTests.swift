@@ -91,6 +91,10 @@ final class StressTests: XCTestCase {
         // `cancelAllOperations()` then meet results on their way to callers.
         let callbackQueues = (0..<4).map { Queues.concurrent("callbacks \($0)") } + [manager.queue]
         let dependencyQueue = Queues.concurrent("dependencies")
+        // Operations with dependencies go through a manager of their own, whose queue is mostly
+        // idle: on a busy queue, an operation that turns ready waits, and the race between its
+        // start and its cancellation would hardly ever be run.
+        let dependentManager = OperationQueueManager()
         // Operations cancelled while a dependency still held them back: their work must never run.
         let cancelledBeforeStart = LockedBox(Set<ObjectIdentifier>())
         // Foundation on Linux keeps unretained references from a dependency to its dependents, so
@@ -148,7 +152,7 @@ final class StressTests: XCTestCase {
                         "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
                     operation!.addDependency(dependency)
                     keptAlive.mutate { $0 += [dependency, operation!] }
-                    handle = manager.enqueue(operation: operation!)
+                    handle = dependentManager.enqueue(operation: operation!)
                     if shape < 2 {
                         cancelledBeforeStart.mutate { _ = $0.insert(ObjectIdentifier(operation!)) }
                         operation!.cancel()
@@ -202,6 +206,7 @@ final class StressTests: XCTestCase {
         let everyoneCalled = tally.waitForEveryone(seconds: 300)
         pendingFinishes.wait()
         dependencyQueue.waitUntilAllOperationsAreFinished()
+        dependentManager.queue.waitUntilAllOperationsAreFinished()
         manager.queue.waitUntilAllOperationsAreFinished()
         callbackQueues.forEach { $0.waitUntilAllOperationsAreFinished() }
 
