@@ -116,6 +116,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     public final func finish(result: Result<Value, Error>) {
         var batch = DeliveryBatch<Value>()
         guard resolve(with: result, into: &batch) else { return }
+        settle()
         batch.deliver(result)
     }
 
@@ -130,21 +131,32 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
     ///   its caller only; see ``CoalescibleOperation``.
     open override func cancel() {
-        // Decide the result before Foundation hears of the cancellation: `super.cancel()` makes an
-        // operation that waits on dependencies ready, and its queue may then start it at once on
-        // another thread, where `start()` must find the result decided and not call `main()`.
         if let host = state.withLock({ $0.host }) {
             // Serving the withdrawn slot resolves this operation with `.cancelled`.
             host.operation.withdraw(slot: host.slot)
-        } else {
-            finish(result: .failure(ConcurrentOperationError.cancelled))
+            super.cancel()
+            return
         }
+        // Three steps, in this order. Deciding the result comes before Foundation hears of the
+        // cancellation: `super.cancel()` makes an operation that waits on dependencies ready, and
+        // its queue may start it at once on another thread, where `start()` must find the result
+        // decided and not call `main()`. Settling comes after: Foundation ignores `cancel()` on an
+        // operation that reports finished, and running work must see `isCancelled`, before any
+        // caller hears `.cancelled`.
+        let cancelled = Result<Value, Error>.failure(ConcurrentOperationError.cancelled)
+        var batch = DeliveryBatch<Value>()
+        let isDecidedHere = resolve(with: cancelled, into: &batch)
         super.cancel()
+        if isDecidedHere {
+            settle()
+            batch.deliver(cancelled)
+        }
     }
 
     // MARK: Callers
 
-    /// Decides the result, moves the lifecycle along and adds every waiting caller to `batch`.
+    /// Decides the result and adds every waiting caller to `batch`; absorbed operations are
+    /// resolved and settled on the way. The caller then calls ``settle()`` and delivers `batch`.
     ///
     /// - Returns: False if the result had already been decided.
     @inlinable
@@ -156,7 +168,6 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         // Absorbed operations finish here, before this one does: once a queue sees this operation
         // finished (and `waitUntilAllOperationsAreFinished()` returns), so have they.
         batch.add(resolution.callers, sharing: resolution.callerQueues, result)
-        settle()
         return true
     }
 

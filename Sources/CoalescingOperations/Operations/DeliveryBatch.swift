@@ -58,7 +58,9 @@ struct DeliveryBatch<Value> {
     /// the slow path, and keeping the recursion out of line lets the rest be specialized.
     @usableFromInline
     mutating func addCallers(of operation: ConcurrentOperation<Value>, _ result: Result<Value, Error>) {
-        _ = operation.resolve(with: result, into: &self)
+        if operation.resolve(with: result, into: &self) {
+            operation.settle()
+        }
     }
 
     /// Tells one caller that it will not get the work's result: it was withdrawn, or it could
