@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// The lifecycle of the base class: SPEC point 2 for a single operation, and the platform rules.
+/// The lifecycle of the base class: Guarantees 2 and 6 (see the Guarantees article) for a single operation, and the platform rules.
 final class ConcurrentOperationTests: XCTestCase {
     /// An operation whose work is a closure.
     final class ClosureOperation: ConcurrentOperation<Int>, @unchecked Sendable {

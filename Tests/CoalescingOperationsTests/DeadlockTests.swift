@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC point 9: Foundation's waiting APIs work with our operations, and handlers may re-enter.
+/// Guarantee 9 (see the Guarantees article): Foundation's waiting APIs work with our operations, and handlers may re-enter.
 final class DeadlockTests: XCTestCase {
     /// Runs `body` on another thread and fails, instead of hanging, if it does not return in time.
     private func assertReturns(

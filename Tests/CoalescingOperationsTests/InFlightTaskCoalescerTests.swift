@@ -3,7 +3,7 @@ import XCTest
 
 @testable import CoalescingOperations
 
-/// The task coalescer: seed 001 semantics with its races fixed.
+/// The task coalescer: Guarantees 12, 13 and 14 (see the Guarantees article).
 final class InFlightTaskCoalescerTests: XCTestCase {
     struct WorkFailed: Error, Equatable {}
 

@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC point 10: bad use gets a documented outcome, never a crash or a hang.
+/// Guarantee 10 (see the Guarantees article): bad use gets a documented outcome, never a crash or a hang.
 /// (`finish(result:)` twice, `cancel()` after finishing and `start()` twice are in
 /// `ConcurrentOperationTests`.)
 final class MisuseTests: XCTestCase {

@@ -3,7 +3,8 @@ import XCTest
 
 @testable import CoalescingOperations
 
-/// The async/await entry to the manager: same coalescing, and a cancelled task withdraws its caller.
+/// Guarantee 11 (see the Guarantees article): the async/await entry to the manager coalesces the same
+/// way, and a cancelled task withdraws its caller.
 final class OperationQueueManagerAsyncTests: XCTestCase {
     func testAsyncCallersAndHandlerCallersShareOneRun() async throws {
         let manager = OperationQueueManager()

@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC points 1 (once), 3 (the caller's queue), 4 (type safety), 6 (cancelling the work) and
+/// Guarantees 1 (once), 3 (the caller's queue), 4 (type safety), 6 (cancelling the work) and
 /// 7 (after the finish), through the manager.
 final class OperationQueueManagerTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")

@@ -3,7 +3,8 @@ import Testing
 
 @testable import CoalescingOperations
 
-/// The state machine behind every operation, on its own: no queue, no threads.
+/// Guarantees 2, 5 and 6 (see the Guarantees article) in the state machine behind every operation,
+/// on its own: no queue, no threads.
 @Suite("OperationState")
 struct OperationStateTests {
     private typealias State = OperationState<Int>

@@ -3,7 +3,8 @@ import XCTest
 
 @testable import CoalescingOperations
 
-/// Seed 001's five prefetch scenarios (A–E), and the invalidation race it had.
+/// Guarantee 15 (see the Guarantees article): the five prefetch cases users know from the blog
+/// pattern (A–E below), the invalidation race, and the three bugs of issue 9.
 final class PrefetchableTaskCoalescerTests: XCTestCase {
     /// A clock the test moves by hand.
     private let clock = LockedBox(ContinuousClock.now)
@@ -14,7 +15,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         return PrefetchableTaskCoalescer(prefetchTimeout: timeout, now: { clock.value })
     }
 
-    func testScenarioAAConsumerJoiningAPrefetchInFlightTakesItsResultAndNothingIsStored() async throws {
+    func testCaseAAConsumerJoiningAPrefetchInFlightTakesItsResultAndNothingIsStored() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
@@ -35,7 +36,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(next, 2, "the next consumer starts new work")
     }
 
-    func testScenarioBAConsumerAfterThePrefetchCompletedGetsItWithoutNewWork() async throws {
+    func testCaseBAConsumerAfterThePrefetchCompletedGetsItWithoutNewWork() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
@@ -48,7 +49,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(stored, 0)
     }
 
-    func testScenarioCOnlyTheFirstConsumerGetsThePrefetchedResult() async throws {
+    func testCaseCOnlyTheFirstConsumerGetsThePrefetchedResult() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
@@ -60,7 +61,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual([first, second, third], [1, 2, 3], "the second consumer's own result is not stored")
     }
 
-    func testScenarioDPlainCoalescingStoresNothing() async throws {
+    func testCaseDPlainCoalescingStoresNothing() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
@@ -77,7 +78,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(third, 2)
     }
 
-    func testScenarioEAnExpiredPrefetchIsNotServed() async throws {
+    func testCaseEAnExpiredPrefetchIsNotServed() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer(timeout: .seconds(30))
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
@@ -210,7 +211,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         // Guards bug 4 of issue 9: a consumer arriving after the prefetch's work had resumed its
         // waiters, but before the result was stored, claimed the prefetch without joining it, ran
         // the work again, and kept the prefetcher from storing.
-        // Guarantees: task coalescers, prefetch stores for one consumer.
+        // Guarantee 15: prefetch stores for one consumer.
         let runs = self.runs
         let coalescer = makeCoalescer()
         let work = AsyncGate()
@@ -235,7 +236,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
     func testAConsumerCancelledWhileJoiningAPrefetchLeavesItsValueForTheNextConsumer() async throws {
         // Guards bug 5 of issue 9: a consumer that joined a prefetch in flight and was then
         // cancelled kept its claim, so the prefetched value was never stored.
-        // Guarantees: task coalescers, prefetch stores for one consumer.
+        // Guarantee 15: prefetch stores for one consumer.
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
@@ -257,7 +258,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
     func testAPrefetchStillWaitingStoresItsValueWhenAnotherPrefetcherIsCancelled() async throws {
         // Guards bug 6 of issue 9: with two prefetchers for one key, cancelling the first dropped
         // the prefetch's ticket, so the second never stored the value.
-        // Guarantees: task coalescers, prefetch stores for one consumer.
+        // Guarantee 15: prefetch stores for one consumer.
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
@@ -280,7 +281,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         // Guards bugs 4, 5 and 6 of issue 9 across interleavings the tests above do not pin down:
         // a consumer racing the prefetch's end, a claimant leaving before or after the work ends,
         // prefetchers cancelled in any order, and invalidation at any point.
-        // Guarantees: task coalescers, prefetch stores for one consumer.
+        // Guarantee 15: prefetch stores for one consumer.
         let environment = ProcessInfo.processInfo.environment
         let seed =
             environment["COALESCING_PREFETCH_STRESS_SEED"].flatMap(UInt64.init) ?? .random(in: 0...UInt64.max)
@@ -306,7 +307,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
     }
 }
 
-/// One random scenario for one key: prefetchers start gated work, then the test opens the gate,
+/// One random round for one key: prefetchers start gated work, then the test opens the gate,
 /// launches a consumer, cancels tasks and invalidates in a random order, with no waiting between.
 private struct StressPlan {
     enum Mode {
@@ -354,7 +355,7 @@ private struct StressPlan {
         return StressPlan(mode: mode, prefetchers: prefetchers, actions: actions)
     }
 
-    /// Runs the scenario; returns the rules it saw broken.
+    /// Runs the round; returns the rules it saw broken.
     func run(on coalescer: PrefetchableTaskCoalescer<String, Int>, key: String) async -> [String] {
         let runs = Counter()
         let gate = AsyncGate()

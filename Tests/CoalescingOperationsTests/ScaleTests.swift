@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC point 8: joining costs O(1) and a huge fan-out neither grows the stack nor gets lost.
+/// Guarantee 8 (see the Guarantees article): joining costs O(1) and a huge fan-out neither grows the stack nor gets lost.
 /// (Costs are measured in `Benchmarks/`; these tests pin down that the work completes.)
 final class ScaleTests: XCTestCase {
     func testAMillionCallersJoinedOntoOneOperationAreAllCalledBack() {

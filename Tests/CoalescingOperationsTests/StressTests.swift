@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// Guarantee 2 under load: random interleavings of enqueue, join, finish, withdrawal and
+/// Guarantee 2 (see the Guarantees article) under load: random interleavings of enqueue, join, finish, withdrawal and
 /// cancellation from several threads lose no callback and double none. The mix includes the
 /// manager's own queue as a callback queue, `cancelAll()` and the queue's `cancelAllOperations()`,
 /// operations waiting on dependencies (cancelled or not, and cancelled while they wait), and

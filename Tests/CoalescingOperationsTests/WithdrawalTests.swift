@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 import XCTest
 
-/// SPEC point 5: withdrawing one caller leaves the others served; the last one out cancels the work.
+/// Guarantee 5 (see the Guarantees article): withdrawing one caller leaves the others served; the last one out cancels the work.
 final class WithdrawalTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
