@@ -15,14 +15,23 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         return PrefetchableTaskCoalescer(prefetchTimeout: timeout, now: { clock.value })
     }
 
-    func testCaseAAConsumerJoiningAPrefetchInFlightTakesItsResultAndNothingIsStored() async throws {
+    /// Starts a prefetch of "feed" held at `gate`, and a consumer that has joined it.
+    private func prefetchWithAJoinedConsumer(
+        _ coalescer: PrefetchableTaskCoalescer<String, Int>, gate: AsyncGate
+    ) async -> (prefetch: Task<Void, Error>, consumer: Task<Int, Error>) {
         let runs = self.runs
-        let coalescer = makeCoalescer()
-        let gate = AsyncGate()
         let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
         await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
         let consumer = Task { try await coalescer.deduplicated(key: "feed", operation: counting(runs)) }
         await waitUntil("the consumer joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        return (prefetch, consumer)
+    }
+
+    func testCaseAAConsumerJoiningAPrefetchInFlightTakesItsResultAndNothingIsStored() async throws {
+        let runs = self.runs
+        let coalescer = makeCoalescer()
+        let gate = AsyncGate()
+        let (prefetch, consumer) = await prefetchWithAJoinedConsumer(coalescer, gate: gate)
 
         gate.open()
         try await prefetch.value
@@ -240,10 +249,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
-        let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
-        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
-        let consumer = Task { try await coalescer.deduplicated(key: "feed", operation: counting(runs)) }
-        await waitUntil("the consumer joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        let (prefetch, consumer) = await prefetchWithAJoinedConsumer(coalescer, gate: gate)
 
         consumer.cancel()
         await XCTAssertThrowsCancellation(try await consumer.value)
