@@ -23,9 +23,14 @@ let package = Package(
             dependencies: ["CoalescingOperations", "Examples", "FixtureHTTPServer"]
         ),
 
-        .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations"]),
-        .testTarget(name: "ExamplesTests", dependencies: ["Examples", "FixtureHTTPServer", "CoalescingOperations"]),
-        .testTarget(name: "FixtureHTTPServerTests", dependencies: ["FixtureHTTPServer"]),
+        // Gates, recorders and queues that every test target shares.
+        .target(name: "TestSupport", dependencies: ["CoalescingOperations"], path: "Tests/TestSupport"),
+
+        .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
+        .testTarget(
+            name: "ExamplesTests", dependencies: ["Examples", "FixtureHTTPServer", "CoalescingOperations", "TestSupport"]
+        ),
+        .testTarget(name: "FixtureHTTPServerTests", dependencies: ["FixtureHTTPServer", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantees 2 (exactly one callback per caller), 5 (withdrawing one caller) and 6 (cancelling

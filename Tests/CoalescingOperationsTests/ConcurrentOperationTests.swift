@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// The lifecycle of the base class: Guarantees 2 and 6 (see the Guarantees article) for a single operation, and the platform rules.

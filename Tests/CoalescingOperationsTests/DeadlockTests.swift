@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantee 9 (see the Guarantees article): Foundation's waiting APIs work with our operations, and handlers may re-enter.

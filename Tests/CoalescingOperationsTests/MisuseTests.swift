@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantee 10 (see the Guarantees article): bad use gets a documented outcome, never a crash or a hang.

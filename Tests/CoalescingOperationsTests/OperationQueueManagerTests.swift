@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantees 1 (once), 3 (the caller's queue), 4 (type safety), 6 (cancelling the work) and

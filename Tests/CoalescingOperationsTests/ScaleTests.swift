@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantee 8 (see the Guarantees article): joining costs O(1) and a huge fan-out neither grows the stack nor gets lost.

@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantee 2 (see the Guarantees article) under load: random interleavings of enqueue, join, finish, withdrawal and

@@ -1,5 +1,6 @@
 import CoalescingOperations
 import Foundation
+import TestSupport
 import XCTest
 
 /// Guarantee 5 (see the Guarantees article): withdrawing one caller leaves the others served; the last one out cancels the work.

@@ -1,6 +1,7 @@
 import Examples
 import FixtureHTTPServer
 import Foundation
+import TestSupport
 import XCTest
 
 @testable import CoalescingOperations
@@ -32,7 +33,7 @@ final class QuestionsDataManagerTests: XCTestCase {
     }
 
     func testFiveConcurrentFetchesSendOneRequest() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
         server.holdResponses()
 
         let admissions = (0..<5).map { _ in
@@ -41,7 +42,7 @@ final class QuestionsDataManagerTests: XCTestCase {
         XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
         server.releaseResponses()
 
-        XCTAssertTrue(results.wait(for: 5))
+        XCTAssertTrue(results.waitForCalls(5))
         XCTAssertEqual(admissions, [.startedWork] + Array(repeating: .joinedWork, count: 4))
         XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 1)
         XCTAssertEqual(results.values.count, 5)
@@ -52,19 +53,19 @@ final class QuestionsDataManagerTests: XCTestCase {
     }
 
     func testAFetchAfterTheFirstCompletedSendsASecondRequest() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
 
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
-        XCTAssertTrue(results.wait(for: 1))
+        XCTAssertTrue(results.waitForCalls(1))
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
-        XCTAssertTrue(results.wait(for: 1))
+        XCTAssertTrue(results.waitForCalls(1))
 
         XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 2)
         XCTAssertEqual(results.values.count, 2)
     }
 
     func testDifferentPagesAreDifferentRequests() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
         server.holdResponses()
 
         questions.fetchQuestions(page: 1, callBackQueue: callbacks, completionHandler: results.append)
@@ -72,7 +73,7 @@ final class QuestionsDataManagerTests: XCTestCase {
         XCTAssertTrue(server.waitForRequests(2, timeout: .seconds(10)))
         server.releaseResponses()
 
-        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertTrue(results.waitForCalls(2))
         XCTAssertEqual(Set(server.receivedRequests.compactMap(\.query)).count, 2)
     }
 
@@ -85,27 +86,27 @@ final class QuestionsDataManagerTests: XCTestCase {
         ]
         for (response, expected) in cases {
             server.setRoute(Fixtures.questionsPath, response)
-            let results = Results<QuestionPage>()
+            let results = ResultRecorder<QuestionPage>()
 
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
 
-            XCTAssertTrue(results.wait(for: 1))
+            XCTAssertTrue(results.waitForCalls(1))
             XCTAssertEqual(results.errors.first as? NetworkingError, expected, "for \(response.statusCode)")
         }
     }
 
     func testAnUnreachableServerFailsWithTheTransportError() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
         server.stop()
 
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
 
-        XCTAssertTrue(results.wait(for: 1))
-        XCTAssertTrue(results.errors.first is URLError, "got \(results.all)")
+        XCTAssertTrue(results.waitForCalls(1))
+        XCTAssertTrue(results.errors.first is URLError, "got \(results.results)")
     }
 
     func testWhenEveryCallerWithdrawsTheDataTaskIsCancelled() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
         server.holdResponses()
         let handles = (0..<3).map { _ in
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
@@ -114,14 +115,14 @@ final class QuestionsDataManagerTests: XCTestCase {
 
         handles.forEach { $0.cancel() }
 
-        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertTrue(results.waitForCalls(3))
         XCTAssertEqual(
             results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled, .cancelled, .cancelled])
         XCTAssertTrue(server.waitForAbandonedRequests(1, timeout: .seconds(10)), "the client hung up")
     }
 
     func testOneCallerWithdrawingLeavesTheRequestForTheOthers() {
-        let results = Results<QuestionPage>()
+        let results = ResultRecorder<QuestionPage>()
         server.holdResponses()
         let handles = (0..<3).map { _ in
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
@@ -129,10 +130,10 @@ final class QuestionsDataManagerTests: XCTestCase {
         XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
 
         handles[0].cancel()
-        XCTAssertTrue(results.wait(for: 1))
+        XCTAssertTrue(results.waitForCalls(1))
         server.releaseResponses()
 
-        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertTrue(results.waitForCalls(2))
         XCTAssertEqual(results.values.count, 2)
         XCTAssertEqual(results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled])
         XCTAssertEqual(server.abandonedRequestCount, 0)

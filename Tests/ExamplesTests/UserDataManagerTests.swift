@@ -1,6 +1,7 @@
 import Examples
 import FixtureHTTPServer
 import Foundation
+import TestSupport
 import XCTest
 
 @testable import CoalescingOperations
@@ -30,14 +31,14 @@ final class UserDataManagerTests: XCTestCase {
         let release = DispatchSemaphore(value: 0)
         let users = UserDataManager(
             queueManager: OperationQueueManager(), service: heldService(loads: loads, release: release, user: ada))
-        let results = Results<User>()
+        let results = ResultRecorder<User>()
 
         let admissions = ["tab bar", "profile header", "notification badge"].map { _ in
             users.fetchUser(callBackQueue: callbacks, completionHandler: results.append).admission
         }
         release.signal()
 
-        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertTrue(results.waitForCalls(3))
         XCTAssertEqual(admissions, [.startedWork, .joinedWork, .joinedWork])
         XCTAssertEqual(results.values, [ada, ada, ada])
         XCTAssertEqual(loads.current, 1)
@@ -49,7 +50,7 @@ final class UserDataManagerTests: XCTestCase {
         let service = heldService(loads: loads, release: release, user: ada)
         let manager = OperationQueueManager()
         let users = UserDataManager(queueManager: manager, service: service)
-        let results = Results<User>()
+        let results = ResultRecorder<User>()
 
         users.fetchUser(callBackQueue: callbacks, completionHandler: results.append)
         let joined = manager.enqueue(
@@ -57,7 +58,7 @@ final class UserDataManagerTests: XCTestCase {
         )
         release.signal()
 
-        XCTAssertTrue(results.wait(for: 2))
+        XCTAssertTrue(results.waitForCalls(2))
         XCTAssertEqual(joined.admission, .joinedWork)
         XCTAssertEqual(loads.current, 1)
     }
@@ -95,7 +96,7 @@ final class UserDataManagerTests: XCTestCase {
         let users = UserDataManager(
             queueManager: OperationQueueManager(),
             service: .http(url: server.url(for: FixtureHTTPServer.Fixtures.userPath), session: session))
-        let results = Results<User>()
+        let results = ResultRecorder<User>()
         server.holdResponses()
 
         for _ in 0..<3 {
@@ -104,7 +105,7 @@ final class UserDataManagerTests: XCTestCase {
         XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
         server.releaseResponses()
 
-        XCTAssertTrue(results.wait(for: 3))
+        XCTAssertTrue(results.waitForCalls(3))
         XCTAssertEqual(results.values, [ada, ada, ada])
         XCTAssertEqual(server.requestCount, 1)
     }

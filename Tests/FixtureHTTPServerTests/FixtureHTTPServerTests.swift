@@ -1,6 +1,7 @@
 import Dispatch
 import FixtureHTTPServer
 import Foundation
+import TestSupport
 import XCTest
 
 #if canImport(FoundationNetworking)
@@ -128,7 +129,7 @@ final class FixtureHTTPServerTests: XCTestCase {
     func testConcurrentRequestsAreCountedExactlyPerPath() throws {
         let server = try makeServer(["/a": .json(Fixtures.user), "/b": .emptyBody])
         let client = makeClient()
-        let statuses = Locked<[Int]>([])
+        let statuses = LockedBox<[Int]>([])
         let finished = DispatchSemaphore(value: 0)
         let paths = Array(repeating: "/a", count: 5) + Array(repeating: "/b", count: 3)
 
@@ -155,7 +156,7 @@ final class FixtureHTTPServerTests: XCTestCase {
 
     func testHeldResponseKeepsClientWaitingUntilReleased() throws {
         let server = try makeServer([Fixtures.userPath: .json(Fixtures.user)])
-        let outcome = Locked<HTTPResult?>(nil)
+        let outcome = LockedBox<HTTPResult?>(nil)
         let finished = DispatchSemaphore(value: 0)
         server.holdResponses()
 
@@ -231,7 +232,7 @@ final class FixtureHTTPServerTests: XCTestCase {
 
     func testClientCancellingHeldRequestIsCountedAsAbandoned() throws {
         let server = try makeServer([Fixtures.questionsPath: .json(Fixtures.questionsPage)])
-        let outcome = Locked<HTTPResult?>(nil)
+        let outcome = LockedBox<HTTPResult?>(nil)
         let finished = DispatchSemaphore(value: 0)
         server.holdResponses()
 
@@ -317,7 +318,7 @@ final class FixtureHTTPServerTests: XCTestCase {
     func testStopReturnsPromptlyAndLaterConnectionsFail() throws {
         let server = try makeServer(["/a": .emptyBody])
         let client = makeClient()
-        let heldOutcome = Locked<HTTPResult?>(nil)
+        let heldOutcome = LockedBox<HTTPResult?>(nil)
         let heldFinished = DispatchSemaphore(value: 0)
         server.holdResponses()
         client.start(server.url(for: "/a")) { result in

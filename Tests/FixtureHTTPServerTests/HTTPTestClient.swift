@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import TestSupport
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -42,7 +43,7 @@ final class HTTPTestClient: Sendable {
 
     /// Performs a request and blocks until it finishes (or a generous timeout passes).
     func perform(_ request: URLRequest) -> HTTPResult {
-        let result = Locked<HTTPResult?>(nil)
+        let result = LockedBox<HTTPResult?>(nil)
         let finished = DispatchSemaphore(value: 0)
         start(request) { outcome in
             result.value = outcome

@@ -1,15 +1,35 @@
 import Foundation
 
-/// The two Foundation knobs that decide how soon a queued operation runs.
-struct OperationPriority: Equatable, Sendable {
-    var queuePriority: Operation.QueuePriority
-    var qualityOfService: QualityOfService
+/// How soon an operation runs: the two Foundation knobs that decide it, taken together.
+///
+/// Coalesced work runs at the priority of its most urgent caller still waiting, and never below
+/// what the app set on the operation itself. A caller states its priority through its operation's
+/// `queuePriority` and `qualityOfService`, or with the `priority:` argument of the methods that
+/// join with a handler alone.
+public struct OperationPriority: Hashable, Sendable {
+    /// The operation's place among the operations waiting on its queue.
+    public var queuePriority: Operation.QueuePriority
+    /// The class of the thread the operation runs on.
+    public var qualityOfService: QualityOfService
 
-    /// Reads the operation's current priority. Call it only while no other thread can set it.
+    /// Creates a priority from its two knobs.
+    ///
+    /// - Parameters:
+    ///   - queuePriority: The place among waiting operations. Defaults to `.normal`.
+    ///   - qualityOfService: The thread's class. Defaults to `.default`.
+    public init(queuePriority: Operation.QueuePriority = .normal, qualityOfService: QualityOfService = .default) {
+        self.queuePriority = queuePriority
+        self.qualityOfService = qualityOfService
+    }
+
+    /// Reads an operation's current priority: its two getters, which a subclass may override.
     init(of operation: Operation) {
         queuePriority = operation.queuePriority
         qualityOfService = operation.qualityOfService
     }
+
+    /// The least urgent priority: what a caller that states none asks for.
+    public static let lowest = OperationPriority(queuePriority: .veryLow, qualityOfService: .background)
 
     /// Each knob at the more urgent of the two values.
     func raised(to other: OperationPriority) -> OperationPriority {
@@ -26,7 +46,7 @@ struct OperationPriority: Equatable, Sendable {
 
 extension QualityOfService {
     /// Orders the classes by urgency; their raw values do not (`.default` is -1).
-    fileprivate var urgency: Int {
+    var urgency: Int {
         switch self {
         case .background: 0
         case .utility: 1

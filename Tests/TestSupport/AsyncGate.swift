@@ -1,14 +1,17 @@
 import Foundation
 
 /// A gate async work can wait at until the test opens it. Waiting is cancellable.
-final class AsyncGate: @unchecked Sendable {
+public final class AsyncGate: @unchecked Sendable {
     // @unchecked: `isOpen`, `waiters` and `nextID` are guarded by `lock`.
     private let lock = NSLock()
     private var isOpen = false
     private var waiters: [Int: CheckedContinuation<Void, Error>] = [:]
     private var nextID = 0
 
-    func open() {
+    /// Creates an empty one.
+    public init() {}
+
+    public func open() {
         let waiting = lock.withLock {
             isOpen = true
             defer { waiters.removeAll() }
@@ -18,7 +21,7 @@ final class AsyncGate: @unchecked Sendable {
     }
 
     /// Returns once the gate is open; throws `CancellationError` if the task is cancelled first.
-    func wait() async throws {
+    public func wait() async throws {
         let id = lock.withLock {
             nextID += 1
             return nextID
@@ -40,7 +43,7 @@ final class AsyncGate: @unchecked Sendable {
     }
 
     /// Waits, ignoring cancellation: for work that does not cooperate.
-    func waitIgnoringCancellation() async {
+    public func waitIgnoringCancellation() async {
         await Task {
             try? await self.wait()
         }.value

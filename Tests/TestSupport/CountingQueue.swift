@@ -1,11 +1,11 @@
 import Foundation
 
 /// An operation queue that counts the operations added to it, to observe delivery hops.
-final class CountingQueue: OperationQueue, @unchecked Sendable {
+public final class CountingQueue: OperationQueue, @unchecked Sendable {
     // @unchecked: adds only `added`, which is thread-safe.
-    let added = Counter()
+    public let added = Counter()
 
-    override func addOperation(_ op: Operation) {
+    public override func addOperation(_ op: Operation) {
         added.increment()
         super.addOperation(op)
     }

@@ -1,9 +1,9 @@
 import Foundation
 
 /// Small factories for the queues tests use.
-enum Queues {
+public enum Queues {
     /// A serial queue, suspended if asked: nothing starts until `isSuspended = false`.
-    static func serial(_ name: String, suspended: Bool = false) -> OperationQueue {
+    public static func serial(_ name: String, suspended: Bool = false) -> OperationQueue {
         let queue = OperationQueue()
         queue.name = name
         queue.maxConcurrentOperationCount = 1
@@ -12,7 +12,7 @@ enum Queues {
     }
 
     /// A concurrent queue, suspended if asked.
-    static func concurrent(_ name: String, suspended: Bool = false) -> OperationQueue {
+    public static func concurrent(_ name: String, suspended: Bool = false) -> OperationQueue {
         let queue = OperationQueue()
         queue.name = name
         queue.isSuspended = suspended

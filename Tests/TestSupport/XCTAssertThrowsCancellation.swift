@@ -1,7 +1,7 @@
 import XCTest
 
 /// Asserts that `expression` throws `CancellationError`.
-func XCTAssertThrowsCancellation<T>(
+public func XCTAssertThrowsCancellation<T>(
     _ expression: @autoclosure () async throws -> T, file: StaticString = #filePath, line: UInt = #line
 ) async {
     do {

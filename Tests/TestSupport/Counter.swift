@@ -1,15 +1,18 @@
 import Foundation
 
 /// A thread-safe counter.
-final class Counter: @unchecked Sendable {
+public final class Counter: @unchecked Sendable {
     // @unchecked: `value` is guarded by `lock`.
     private let lock = NSLock()
+
+    /// Creates an empty one.
+    public init() {}
     private var value = 0
 
-    var current: Int { lock.withLock { value } }
+    public var current: Int { lock.withLock { value } }
 
     @discardableResult
-    func increment() -> Int {
+    public func increment() -> Int {
         lock.withLock {
             value += 1
             return value

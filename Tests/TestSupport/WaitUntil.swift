@@ -5,7 +5,7 @@ import XCTest
 ///
 /// For conditions only observable by asking (such as how many callers joined), not a sleep: it
 /// returns as soon as the condition holds.
-func waitUntil(
+public func waitUntil(
     _ what: String, seconds: Double = 10, file: StaticString = #filePath, line: UInt = #line,
     _ condition: () async -> Bool
 ) async {

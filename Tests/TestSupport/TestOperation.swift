@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 
 /// A coalescible operation whose work is a closure, counting how often its work started.
-final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendable {
+public final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendable {
     // @unchecked: adds only immutable properties to CoalescibleOperation.
     private let work: @Sendable (TestOperation<Value>) -> Void
     private let starts: Counter?
@@ -13,7 +13,7 @@ final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendab
     ///   - starts: Incremented each time any operation sharing it starts its work.
     ///   - work: Runs as `main()`; must end in `finish(result:)`, now or later.
     ///   - completionHandler: The operation's caller.
-    init(
+    public init(
         _ identifier: String = "work",
         callBackQueue: OperationQueue,
         starts: Counter? = nil,
@@ -26,7 +26,7 @@ final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendab
     }
 
     /// An operation with no caller of its own.
-    init(
+    public init(
         _ identifier: String = "work", starts: Counter? = nil, work: @escaping @Sendable (TestOperation<Value>) -> Void
     ) {
         self.work = work
@@ -34,7 +34,7 @@ final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendab
         super.init(identifier: identifier)
     }
 
-    override func main() {
+    public override func main() {
         starts?.increment()
         work(self)
     }

@@ -1,0 +1,33 @@
+import Foundation
+
+/// Why a caller stopped waiting before the work ended, when it was not cancelled.
+public enum CoalescingError: Error, Equatable, Sendable {
+    /// The caller's own timeout passed first: that caller alone was withdrawn, and the work went on
+    /// for the others (or as its ``AbandonedWorkPolicy`` says, if it was the last).
+    case timedOut
+}
+
+/// What happens to work when its last caller withdraws (or times out).
+///
+/// Cancelling is right for a read nobody wants any more. It is wrong for a write, an upload or a
+/// cache warm-up, whose effect matters even when nobody waits for the answer:
+///
+/// - ``CoalescibleOperation``: set or override ``CoalescibleOperation/abandonedWorkPolicy``.
+/// - Task coalescers: pass `whenAbandoned:` to the call that starts the work.
+public enum AbandonedWorkPolicy: Sendable, Equatable {
+    /// Cancel the work. The default.
+    case cancel
+    /// Let the work run to its end with nobody waiting. Callers who arrive while it still runs join
+    /// it as usual.
+    case runToCompletion
+}
+
+/// Runs `action` once `timeout` has passed, on a global dispatch queue.
+///
+/// Nothing is scheduled for callers that set no timeout, so they pay nothing for the feature. The
+/// action is never cancelled: it must find out for itself whether its caller is still waiting.
+func schedule(after timeout: Duration, _ action: @escaping @Sendable () -> Void) {
+    let (seconds, attoseconds) = timeout.components
+    let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds) / 1_000_000_000
+    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)), execute: action)
+}

@@ -1,0 +1,116 @@
+#if canImport(os)
+import os
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A value that can only be read or changed while holding the lock stored beside it.
+///
+/// State and lock share one allocation (a `ManagedBuffer` whose header is the state and whose
+/// single element is the lock), so guarding an operation's state costs one object, not two. The
+/// lock is not recursive: never call code that may take it again while holding it.
+///
+/// `Sendable` only when its state is. Types that keep non-`Sendable` state here (completion
+/// handlers, say) declare themselves `@unchecked Sendable` and name this lock as the reason.
+///
+/// `withLock` is inlinable, like the hot paths that use it, so that client code is specialized
+/// for its `State` instead of going through generic metadata on every call.
+@usableFromInline
+struct LockedState<State> {
+    @usableFromInline let buffer: Buffer
+
+    @usableFromInline
+    init(_ initialState: State) {
+        let buffer = Buffer.create(minimumCapacity: 1) { buffer in
+            buffer.withUnsafeMutablePointerToElements { PlatformLock.initialize($0) }
+            return initialState
+        }
+        // `create` is declared to return the base class; called on `Buffer`, it makes a `Buffer`.
+        self.buffer = unsafeDowncast(buffer, to: Buffer.self)
+    }
+
+    /// Runs `body` with exclusive access to the state.
+    @inlinable @inline(__always)
+    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+        try buffer.withUnsafeMutablePointers { state, lock in
+            PlatformLock.lock(lock)
+            defer { PlatformLock.unlock(lock) }
+            return try body(&state.pointee)
+        }
+    }
+
+    @usableFromInline
+    final class Buffer: ManagedBuffer<State, PlatformLock.Primitive> {
+        deinit {
+            withUnsafeMutablePointerToElements { PlatformLock.deinitialize($0) }
+        }
+    }
+}
+
+// @unchecked: the buffer's header (the state) is only touched inside `withLock`, under the lock
+// in its element; `ManagedBuffer` itself cannot be `Sendable`. A state that may not cross threads
+// keeps the whole box from being `Sendable`.
+extension LockedState: @unchecked Sendable where State: Sendable {}
+
+/// The cheapest non-recursive mutex of each platform, used in place in memory it does not own.
+///
+/// Every pthread call's result is checked: a failure means memory corruption or a lock used after
+/// it was destroyed, and going on would break every guarantee built on it.
+@usableFromInline
+enum PlatformLock {
+    // Apple platforms: os_unfair_lock, whose calls cannot fail.
+    #if canImport(os)
+    @usableFromInline typealias Primitive = os_unfair_lock
+
+    @usableFromInline
+    static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
+        lock.initialize(to: os_unfair_lock())
+    }
+
+    @usableFromInline
+    static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
+        lock.deinitialize(count: 1)
+    }
+
+    @inlinable
+    static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
+        os_unfair_lock_lock(lock)
+    }
+
+    @inlinable
+    static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
+        os_unfair_lock_unlock(lock)
+    }
+    // Linux and other POSIX systems: pthread_mutex_t.
+    #else
+    @usableFromInline typealias Primitive = pthread_mutex_t
+
+    @usableFromInline
+    static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
+        lock.initialize(to: pthread_mutex_t())
+        let status = pthread_mutex_init(lock, nil)
+        precondition(status == 0, "pthread_mutex_init failed with \(status)")
+    }
+
+    @usableFromInline
+    static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
+        let status = pthread_mutex_destroy(lock)
+        precondition(status == 0, "pthread_mutex_destroy failed with \(status)")
+        lock.deinitialize(count: 1)
+    }
+
+    @inlinable
+    static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
+        let status = pthread_mutex_lock(lock)
+        precondition(status == 0, "pthread_mutex_lock failed with \(status)")
+    }
+
+    @inlinable
+    static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
+        let status = pthread_mutex_unlock(lock)
+        precondition(status == 0, "pthread_mutex_unlock failed with \(status)")
+    }
+    #endif
+}
