@@ -59,12 +59,12 @@ final class OperationStateTests: XCTestCase {
         }
         XCTAssertEqual(callers, 2)
 
-        guard case .withdrew(let caller?, _) = state.withdraw(second, policy: .cancel) else {
+        guard case .withdrew(let caller?, _) = state.withdraw(second, reason: .withdrawn, policy: .cancel) else {
             return XCTFail("the second caller withdraws")
         }
         guard case .handler = caller else { return XCTFail("the withdrawn caller is handed back to be told") }
-        guard case .none = state.withdraw(second, policy: .cancel) else { return XCTFail("withdrawing twice does nothing") }
-        guard case .abandoned(_?, let settlement) = state.withdraw(0, policy: .cancel) else {
+        guard case .none = state.withdraw(second, reason: .withdrawn, policy: .cancel) else { return XCTFail("withdrawing twice does nothing") }
+        guard case .abandoned(_?, let settlement) = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
             return XCTFail("the last caller abandons the work")
         }
         XCTAssertEqual(settlement.callers.live, 0)
@@ -75,7 +75,7 @@ final class OperationStateTests: XCTestCase {
         var state = State(caller: Self.handler())
         XCTAssertTrue(state.claim(Self.admission()))
         _ = state.start()
-        guard case .withdrew(_?, _) = state.withdraw(0, policy: .runToCompletion) else {
+        guard case .withdrew(_?, _) = state.withdraw(0, reason: .withdrawn, policy: .runToCompletion) else {
             return XCTFail("the caller withdraws, the work runs on")
         }
         XCTAssertTrue(state.isExecuting)
@@ -89,7 +89,7 @@ final class OperationStateTests: XCTestCase {
         var state = State(caller: Self.handler())
         XCTAssertNotNil(state.decide())
         guard case .refused = state.join(Self.handler(), priority: nil) else { return XCTFail("decided work is closed") }
-        guard case .none = state.withdraw(0, policy: .cancel) else { return XCTFail("the caller has its result") }
+        guard case .none = state.withdraw(0, reason: .withdrawn, policy: .cancel) else { return XCTFail("the caller has its result") }
     }
 
     func testAnAbsorbedOperationWhoseLastCallerLeavesIsDecidedAndLeavesItsHost() {
@@ -98,7 +98,7 @@ final class OperationStateTests: XCTestCase {
         XCTAssertEqual(state.freshness, .fresh)
         state.becomeAbsorbed(by: host, slot: 3)
         XCTAssertEqual(state.freshness, .unavailable, "an absorbed operation rides on nothing else")
-        guard case .leftHost(_?, let settlement) = state.withdraw(0, policy: .cancel) else {
+        guard case .leftHost(_?, let settlement) = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
             return XCTFail("its last caller takes it out of the host's work")
         }
         XCTAssertTrue(settlement.host?.operation === host)

@@ -84,4 +84,12 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
             return XCTFail("\(caller) got \(result), expected .cancelled", file: file, line: line)
         }
     }
+
+    /// Asserts that `caller` was called back once, with `CoalescingError.timedOut`.
+    public func assertTimedOut(_ caller: String, file: StaticString = #filePath, line: UInt = #line) {
+        guard let result = onlyResult(of: caller, file: file, line: line) else { return }
+        guard case .failure(let error) = result, error as? CoalescingError == .timedOut else {
+            return XCTFail("\(caller) got \(result), expected .timedOut", file: file, line: line)
+        }
+    }
 }

@@ -117,16 +117,23 @@ extension ConcurrentOperation {
         }
         var delivery = Delivery<Value>()
         var absorbed = delivery.add(settlement.callers)
-        let withdrawing = absorbed.count
-        // An absorbed operation cancelled at this moment has decided itself and is withdrawing.
+        // An absorbed operation cancelled or timed out at this moment has left by itself: it
+        // counts as withdrawn, not served.
+        var leaving: [WithdrawalReason] = []
         absorbed.removeAll { operation in
-            guard let riders = operation.state.withLock({ $0.decide() }) else { return true }
-            _ = delivery.add(riders.callers)
-            return false
+            switch operation.state.withLock({ $0.decideWithHost() }) {
+            case .ride(let callers):
+                _ = delivery.add(callers)
+                return false
+            case .left(let reason):
+                leaving.append(reason)
+                return true
+            }
         }
         if let registration = settlement.registration {
-            let served = settlement.callers.live - (withdrawing - absorbed.count)
-            registration.manager.workEnded(self, registration, outcome: WorkOutcome(result), callersServed: served)
+            registration.manager.workEnded(
+                self, registration, outcome: WorkOutcome(result), callersServed: settlement.callers.live - leaving.count,
+                leaving: leaving)
         }
         for operation in absorbed {
             operation.finishLifecycle()
@@ -148,7 +155,9 @@ extension ConcurrentOperation {
             _ = delivery.add(callers)
             delivery.deliver(failure)
         case .operation(let operation):
-            if let settlement = operation.state.withLock({ $0.decide() }) {
+            if var settlement = operation.state.withLock({ $0.decide() }) {
+                // Its host has already dropped it: that is how it came to be told.
+                settlement.host = nil
                 operation.settle(settlement, with: failure)
             }
         }

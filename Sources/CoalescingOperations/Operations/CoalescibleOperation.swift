@@ -227,7 +227,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         let policy = abandonedWorkPolicy
         let (action, registration) = state.withLock { state in
             let registration = state.registration
-            let action = state.withdraw(slot, policy: policy)
+            let action = state.withdraw(slot, reason: reason, policy: policy)
             if action.removedCaller, let registration, let events = registration.manager.events {
                 events.record(.callerWithdrawn(key: identifier, reason: reason))
             }
@@ -244,10 +244,10 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
             if tellingCaller, let caller { Self.tell(caller, error) }
             if applyPriority { self.applyPriority() }
         case .abandoned(let caller, let settlement):
-            if tellingCaller, let caller { Self.tell(caller, error) }
             // The work's result is decided; `cancel()` now only lets an override stop the work and
-            // Foundation see `isCancelled`, before the manager hears that the work ended.
+            // Foundation see `isCancelled`, before anyone hears of the withdrawal or the end.
             cancel()
+            if tellingCaller, let caller { Self.tell(caller, error) }
             settle(settlement, with: .failure(ConcurrentOperationError.cancelled))
         case .leftHost(let caller, let settlement):
             if tellingCaller, let caller { Self.tell(caller, error) }

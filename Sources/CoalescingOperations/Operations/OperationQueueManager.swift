@@ -318,17 +318,29 @@ public final class OperationQueueManager: @unchecked Sendable {
 
     /// Notes that `operation`'s work ended: drops its index entry, unless other work has taken its
     /// key since (or it was forgotten), counts it, and tells the observer.
+    ///
+    /// `leaving` are the absorbed operations that withdrew by themselves as the work settled: they
+    /// found the host deciding, so they are counted here.
     @usableFromInline
-    func workEnded(_ operation: Operation, _ registration: Registration, outcome: WorkOutcome, callersServed: Int) {
+    func workEnded(
+        _ operation: Operation, _ registration: Registration, outcome: WorkOutcome, callersServed: Int,
+        leaving: [WithdrawalReason]
+    ) {
         index.withLock { index in
             if index.inFlight[registration.key] === operation {
                 index.inFlight[registration.key] = nil
+            }
+            for reason in leaving {
+                index.statistics.recordWithdrawal(reason)
             }
             index.statistics.recordEnd(outcome, callersServed: callersServed)
         }
         if let events {
             // Recorded after the work's lock was released, and still after every join and
             // withdrawal: those are recorded under that lock, before the result was decided.
+            for reason in leaving {
+                events.record(.callerWithdrawn(key: registration.key.identifier, reason: reason))
+            }
             let duration = registration.startedAt.map { ContinuousClock.now - $0 } ?? .zero
             events.record(
                 .workEnded(

@@ -44,8 +44,14 @@ enum OperationState<Value> {
         case notStarted
         /// Started by its queue: settling moves it from executing to finished.
         case executing
-        /// Absorbed: it was never started, and settling finishes it.
-        case absorbed
+        /// Absorbed: it was never started, and settling finishes it. `leaving` says why it left its
+        /// host's work by itself (cancelled, or its last caller withdrew or timed out); nil when the
+        /// host settled it.
+        case absorbed(leaving: WithdrawalReason?)
+
+        var isNotStarted: Bool {
+            if case .notStarted = self { true } else { false }
+        }
     }
 
     @inlinable
@@ -126,7 +132,7 @@ enum OperationState<Value> {
 
     /// Called between the KVO `willChange` and `didChange` that `settled()` asked for.
     mutating func markFinished() {
-        guard case .settling(let stage) = self, stage != .notStarted else {
+        guard case .settling(let stage) = self, !stage.isNotStarted else {
             preconditionFailure("OperationState: marked finished while \(self.name)")
         }
         self = .finished
@@ -148,12 +154,37 @@ enum OperationState<Value> {
             return Settlement(callers: callers, registration: admission?.registration, host: nil)
         case .absorbed(let callers, let host, let slot):
             // Dropping the host here also keeps the two from holding each other alive.
-            self = .settling(.absorbed)
+            self = .settling(.absorbed(leaving: .withdrawn))
             return Settlement(callers: callers, registration: nil, host: HostLink(operation: host, slot: slot))
         case .settling, .settledBeforeStart, .finished:
             return nil
         case .modifying:
             preconditionFailure("OperationState: decided in the middle of a transition")
+        }
+    }
+
+    /// What ``decideWithHost()`` found.
+    @usableFromInline
+    enum HostDecision {
+        /// The operation rides on the host's result: these are its callers.
+        case ride(Callers<Value>)
+        /// The operation already left by itself, for this reason.
+        case left(WithdrawalReason)
+    }
+
+    /// Decides an absorbed operation's result as its host's: the host is settling it.
+    ///
+    /// - Returns: Its callers, or why it already left the host's work by itself.
+    @inlinable
+    mutating func decideWithHost() -> HostDecision {
+        switch self {
+        case .absorbed(let callers, _, _):
+            self = .settling(.absorbed(leaving: nil))
+            return .ride(callers)
+        case .settling(.absorbed(let leaving?)):
+            return .left(leaving)
+        case .pending, .executing, .settling, .settledBeforeStart, .finished, .modifying:
+            preconditionFailure("OperationState: settled by a host while \(self.name)")
         }
     }
 
@@ -216,7 +247,7 @@ enum OperationState<Value> {
 
     /// Removes the caller in `slot`, if it still waits. A nil `slot` stands for the operation
     /// itself when it has no caller of its own: it abandons the work only if nobody joined.
-    mutating func withdraw(_ slot: Int?, policy: AbandonedWorkPolicy) -> WithdrawAction {
+    mutating func withdraw(_ slot: Int?, reason: WithdrawalReason, policy: AbandonedWorkPolicy) -> WithdrawAction {
         switch self {
         case .pending(var callers, var admission):
             self = .modifying
@@ -239,7 +270,7 @@ enum OperationState<Value> {
             self = .absorbed(callers, host: host, slot: hostSlot)
             guard entry != nil || slot == nil else { return .none }
             guard callers.live == 0 else { return .withdrew(entry?.caller, applyPriority: false) }
-            self = .settling(.absorbed)
+            self = .settling(.absorbed(leaving: reason))
             let settlement = Settlement(callers: callers, registration: nil, host: HostLink(operation: host, slot: hostSlot))
             return .leftHost(entry?.caller, settlement)
         case .settling, .settledBeforeStart, .finished:
@@ -368,6 +399,7 @@ enum OperationState<Value> {
     }
 
     /// The case's name, for the messages of impossible transitions.
+    @usableFromInline
     var name: String {
         switch self {
         case .pending: "pending"
