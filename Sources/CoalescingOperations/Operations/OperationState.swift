@@ -31,8 +31,9 @@ enum OperationState<Value> {
     /// Every caller has been handed the result, before the queue started the operation: `start()`
     /// finishes it without calling `main()`.
     case settledBeforeStart
-    /// Done, as far as Foundation is concerned.
-    case finished
+    /// Done, as far as Foundation is concerned. `leftHost` remembers why an absorbed operation
+    /// left its host's work by itself, for a host that is settling at that moment and counts it.
+    case finished(leftHost: WithdrawalReason?)
     /// Held only inside a transition that changes the callers in place, so that their storage has
     /// one owner and is not copied; never seen outside one.
     case modifying
@@ -48,10 +49,6 @@ enum OperationState<Value> {
         /// host's work by itself (cancelled, or its last caller withdrew or timed out); nil when the
         /// host settled it.
         case absorbed(leaving: WithdrawalReason?)
-
-        var isNotStarted: Bool {
-            if case .notStarted = self { true } else { false }
-        }
     }
 
     @inlinable
@@ -84,7 +81,7 @@ enum OperationState<Value> {
             self = .executing(callers, admission: admission?.started())
             return .run
         case .settledBeforeStart:
-            self = .finished
+            self = .finished(leftHost: nil)
             return .finishWithoutRunning
         case .settling(.notStarted):
             self = .settling(.executing)
@@ -132,10 +129,14 @@ enum OperationState<Value> {
 
     /// Called between the KVO `willChange` and `didChange` that `settled()` asked for.
     mutating func markFinished() {
-        guard case .settling(let stage) = self, !stage.isNotStarted else {
+        switch self {
+        case .settling(.executing), .settling(.absorbed(leaving: nil)):
+            self = .finished(leftHost: nil)
+        case .settling(.absorbed(let leaving?)):
+            self = .finished(leftHost: leaving)
+        case .pending, .executing, .absorbed, .settling(.notStarted), .settledBeforeStart, .finished, .modifying:
             preconditionFailure("OperationState: marked finished while \(self.name)")
         }
-        self = .finished
     }
 
     // MARK: The result
@@ -181,7 +182,7 @@ enum OperationState<Value> {
         case .absorbed(let callers, _, _):
             self = .settling(.absorbed(leaving: nil))
             return .ride(callers)
-        case .settling(.absorbed(let leaving?)):
+        case .settling(.absorbed(let leaving?)), .finished(let leaving?):
             return .left(leaving)
         case .pending, .executing, .settling, .settledBeforeStart, .finished, .modifying:
             preconditionFailure("OperationState: settled by a host while \(self.name)")
