@@ -19,7 +19,7 @@ import Foundation
 ///     }
 ///
 ///     override func main() {
-///         service.fetchUser { self.finish(result: $0) }
+///         service.load { self.finish(result: $0) }
 ///     }
 /// }
 /// ```
