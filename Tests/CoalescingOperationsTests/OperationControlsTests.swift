@@ -11,7 +11,9 @@ final class OperationControlsTests: XCTestCase {
 
     /// Work held until `release` opens, finishing with the number of works started so far, so
     /// that callers of different works get different values.
-    private func heldWork(starts: Counter, release: Gate, started: Gate? = nil) -> @Sendable (TestOperation<Int>) -> Void {
+    private func heldWork(starts: Counter, release: Gate, started: Gate? = nil)
+        -> @Sendable (TestOperation<Int>) -> Void
+    {
         { operation in
             let run = starts.increment()
             started?.open()
@@ -31,8 +33,12 @@ final class OperationControlsTests: XCTestCase {
         let started = Gate()
         let recorder = ResultRecorder<Int>()
         let work = heldWork(starts: starts, release: release, started: started)
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("old a")))
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("old b")))
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("old a"))
+        )
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("old b"))
+        )
         XCTAssertTrue(started.wait())
 
         XCTAssertTrue(manager.forget(identifier: "work"))
@@ -115,7 +121,8 @@ final class OperationControlsTests: XCTestCase {
             XCTAssertTrue(recorder.waitForCalls(1))
             let next = manager.enqueue(
                 operation: TestOperation(
-                    callBackQueue: callbacks, work: { $0.finish(result: .success(-1)) }, completionHandler: recorder.handler("next")
+                    callBackQueue: callbacks, work: { $0.finish(result: .success(-1)) },
+                    completionHandler: recorder.handler("next")
                 ))
             XCTAssertEqual(next.admission, .startedWork, "trial \(trial): decided work was still indexed")
             XCTAssertTrue(recorder.waitForCalls(1))
@@ -133,13 +140,16 @@ final class OperationControlsTests: XCTestCase {
         let started = Gate()
         let recorder = ResultRecorder<Int>()
         let work = heldWork(starts: starts, release: release, started: started)
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("patient")))
+        manager.enqueue(
+            operation: TestOperation(
+                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("patient")))
         XCTAssertTrue(started.wait())
         manager.enqueue(
             identifier: "work", callBackQueue: callbacks, timeout: .milliseconds(20),
             makeOperation: { TestOperation(work: work) }, completionHandler: recorder.handler("hasty handler"))
         manager.enqueue(
-            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("hasty operation")),
+            operation: TestOperation(
+                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("hasty operation")),
             timeout: .milliseconds(20))
 
         XCTAssertTrue(recorder.waitForCalls(2), "both timeouts fire while the work is held")
@@ -226,7 +236,10 @@ final class OperationControlsTests: XCTestCase {
         let release: Gate
         let ran: Counter
 
-        init(release: Gate, ran: Counter, callBackQueue: OperationQueue, completionHandler: @escaping (Result<Int, Error>) -> Void) {
+        init(
+            release: Gate, ran: Counter, callBackQueue: OperationQueue,
+            completionHandler: @escaping (Result<Int, Error>) -> Void
+        ) {
             self.release = release
             self.ran = ran
             super.init(identifier: "upload", callBackQueue: callBackQueue, completionHandler: completionHandler)
@@ -249,13 +262,15 @@ final class OperationControlsTests: XCTestCase {
         let ran = Counter()
         let recorder = ResultRecorder<Int>()
         let first = manager.enqueue(
-            operation: Upload(release: release, ran: ran, callBackQueue: callbacks, completionHandler: recorder.handler("gone")))
+            operation: Upload(
+                release: release, ran: ran, callBackQueue: callbacks, completionHandler: recorder.handler("gone")))
         first.cancel()
         XCTAssertTrue(recorder.waitForCalls(1))
         recorder.assertCancelled("gone")
 
         let later = manager.enqueue(
-            operation: Upload(release: release, ran: ran, callBackQueue: callbacks, completionHandler: recorder.handler("later")))
+            operation: Upload(
+                release: release, ran: ran, callBackQueue: callbacks, completionHandler: recorder.handler("later")))
         XCTAssertEqual(later.admission, .joinedWork, "a caller who arrives while it still runs joins it")
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
@@ -280,7 +295,9 @@ final class OperationControlsTests: XCTestCase {
                                 operation.finish(result: .success(trial))
                             }
                         }, completionHandler: recorder.handler("\(trial)"))
-                    : Upload(release: release, ran: Counter(), callBackQueue: callbacks, completionHandler: recorder.handler("\(trial)"))
+                    : Upload(
+                        release: release, ran: Counter(), callBackQueue: callbacks,
+                        completionHandler: recorder.handler("\(trial)"))
                 let handle = manager.enqueue(operation: operation)
                 DispatchQueue.concurrentPerform(iterations: 2) { side in
                     if side == 0 { release.open() } else { handle.cancel() }
@@ -302,7 +319,8 @@ final class OperationControlsTests: XCTestCase {
     /// a more urgent one failed to raise it.
     func testTheWorkNeverFallsBelowAWaitingCallerNorBelowWhatTheAppSetOnIt() {
         let manager = OperationQueueManager(queue: Queues.serial("work", suspended: true))
-        let host = TestOperation<Int>(callBackQueue: callbacks, work: { $0.finish(result: .success(1)) }, completionHandler: { _ in })
+        let host = TestOperation<Int>(
+            callBackQueue: callbacks, work: { $0.finish(result: .success(1)) }, completionHandler: { _ in })
         manager.enqueue(operation: host)
         host.queuePriority = .veryHigh
         let joiner = TestOperation<Int>(callBackQueue: callbacks, work: { _ in }, completionHandler: { _ in })

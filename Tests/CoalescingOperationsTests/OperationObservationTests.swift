@@ -48,9 +48,11 @@ final class OperationObservationTests: XCTestCase {
                 operation.finish(result: .success(5))
             }
         }
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
         XCTAssertTrue(started.wait())
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
         let leaving = manager.enqueue(
             identifier: "work", callBackQueue: callbacks, makeOperation: { TestOperation<Int>(work: work) },
             completionHandler: recorder.handler("c"))
@@ -90,9 +92,11 @@ final class OperationObservationTests: XCTestCase {
                 operation.finish(result: .success(5))
             }
         }
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
         XCTAssertTrue(started.wait())
-        manager.enqueue(operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
         manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("c"))
         ).cancel()
@@ -176,7 +180,8 @@ final class OperationObservationTests: XCTestCase {
         let recorder = ResultRecorder<Int>()
         manager.enqueue(
             operation: TestOperation<Int>(
-                callBackQueue: callbacks, work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("a")))
+                callBackQueue: callbacks, work: { $0.finish(result: .success(1)) },
+                completionHandler: recorder.handler("a")))
         XCTAssertTrue(recorder.waitForCalls(1))
         manager.queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(manager.statistics.workSucceeded, 1)

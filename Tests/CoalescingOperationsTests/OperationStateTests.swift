@@ -63,7 +63,9 @@ final class OperationStateTests: XCTestCase {
             return XCTFail("the second caller withdraws")
         }
         guard case .handler = caller else { return XCTFail("the withdrawn caller is handed back to be told") }
-        guard case .none = state.withdraw(second, reason: .withdrawn, policy: .cancel) else { return XCTFail("withdrawing twice does nothing") }
+        guard case .none = state.withdraw(second, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("withdrawing twice does nothing")
+        }
         guard case .abandoned(_?, let settlement) = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
             return XCTFail("the last caller abandons the work")
         }
@@ -88,8 +90,12 @@ final class OperationStateTests: XCTestCase {
     func testNothingJoinsOrWithdrawsOnceTheResultIsDecided() {
         var state = State(caller: Self.handler())
         XCTAssertNotNil(state.decide())
-        guard case .refused = state.join(Self.handler(), priority: nil) else { return XCTFail("decided work is closed") }
-        guard case .none = state.withdraw(0, reason: .withdrawn, policy: .cancel) else { return XCTFail("the caller has its result") }
+        guard case .refused = state.join(Self.handler(), priority: nil) else {
+            return XCTFail("decided work is closed")
+        }
+        guard case .none = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("the caller has its result")
+        }
     }
 
     func testAnAbsorbedOperationWhoseLastCallerLeavesIsDecidedAndLeavesItsHost() {

@@ -129,7 +129,8 @@ final class StressTests: XCTestCase {
                     ? .microseconds(Int.random(in: 0..<400, using: &random)) : nil
                 let priority = OperationPriority(
                     queuePriority: [.veryLow, .low, .normal, .high, .veryHigh][Int.random(in: 0..<5, using: &random)],
-                    qualityOfService: [.background, .utility, .default, .userInitiated][Int.random(in: 0..<4, using: &random)])
+                    qualityOfService: [.background, .utility, .default, .userInitiated][
+                        Int.random(in: 0..<4, using: &random)])
                 let work: @Sendable (TestOperation<Int>) -> Void = { operation in
                     if cancelledBeforeStart.value.contains(ObjectIdentifier(operation)) {
                         tally.fail("seed \(seed): work of an operation cancelled before it started ran")
@@ -165,7 +166,8 @@ final class StressTests: XCTestCase {
                     // An operation waiting on a dependency, perhaps cancelled while it waits.
                     let dependency = BlockOperation {}
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work, completionHandler: handler)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
                     operation!.addDependency(dependency)
                     keptAlive.mutate { $0 += [dependency, operation!] }
                     handle = dependentManager.enqueue(operation: operation!, timeout: timeout)
@@ -183,7 +185,8 @@ final class StressTests: XCTestCase {
                     tally.expect(rider)
                     riders.increment()
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work, completionHandler: handler)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
                     let riding = TestOperation<Int>(
                         "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
                         completionHandler: { tally.record(caller: rider, identifier: identifier, result: $0) })
@@ -193,7 +196,8 @@ final class StressTests: XCTestCase {
                     handle = manager.enqueue(operation: operation!, timeout: timeout)
                 } else if shape < 53 {
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work, completionHandler: handler)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
                     handle = manager.enqueue(operation: operation!, timeout: timeout)
                 } else {
                     operation = nil

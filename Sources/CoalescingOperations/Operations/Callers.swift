@@ -87,8 +87,7 @@ struct Callers<Value> {
 
     /// Changes the priority of the caller in `slot`. Returns its previous priority (itself
     /// optional), or nil if the caller is gone.
-    mutating func reprioritize(_ slot: Int, to priority: OperationPriority?) -> OperationPriority??
-    {
+    mutating func reprioritize(_ slot: Int, to priority: OperationPriority?) -> OperationPriority?? {
         guard entries.indices.contains(slot), let entry = entries[slot] else { return nil }
         entries[slot]?.priority = priority
         return .some(entry.priority)
@@ -110,7 +109,8 @@ extension ConcurrentOperation {
     /// first leaves its host's work, for `reason`.
     @inlinable
     final func settle(
-        _ settlement: Settlement<Value>, with result: Result<Value, Error>, leaving reason: WithdrawalReason = .withdrawn
+        _ settlement: Settlement<Value>, with result: Result<Value, Error>,
+        leaving reason: WithdrawalReason = .withdrawn
     ) {
         if let host = settlement.host {
             host.operation.withdraw(host.slot, reason: reason, tellingCaller: false)
@@ -132,7 +132,8 @@ extension ConcurrentOperation {
         }
         if let registration = settlement.registration {
             registration.manager.workEnded(
-                self, registration, outcome: WorkOutcome(result), callersServed: settlement.callers.live - leaving.count,
+                self, registration, outcome: WorkOutcome(result),
+                callersServed: settlement.callers.live - leaving.count,
                 leaving: leaving)
         }
         for operation in absorbed {

@@ -170,6 +170,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - priority: The joining caller's priority, which the work follows while it waits.
     ///   - events: The manager's observer, told of the join under this operation's lock so that
     ///     events keep the order of the changes.
+    /// - Returns: Whether `operation` was absorbed, or which of the two was unavailable.
     final func absorb(
         _ operation: CoalescibleOperation<Value>, priority: OperationPriority?, events: EventChannel<String>?
     ) -> Absorption {
@@ -180,7 +181,9 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
             case .carriesOthers: return .operationCarriesOthers
             case .fresh: break
             }
-            guard case .joined(let slot, let callers, let applyPriority) = host.join(.operation(operation), priority: priority)
+            guard
+                case .joined(let slot, let callers, let applyPriority) = host.join(
+                    .operation(operation), priority: priority)
             else { return .hostUnavailable }
             joiner.becomeAbsorbed(by: self, slot: slot)
             events?.record(.callerJoined(key: identifier, callers: callers))

@@ -144,7 +144,8 @@ struct PriorityTracker {
             guard !counts.isEmpty, let queue = (0..<5).last(where: { counts[$0] > 0 }),
                 let service = (5..<10).last(where: { counts[$0] > 0 })
             else { return nil }
-            return OperationPriority(queuePriority: Self.queueLevels[queue], qualityOfService: Self.serviceLevels[service - 5])
+            return OperationPriority(
+                queuePriority: Self.queueLevels[queue], qualityOfService: Self.serviceLevels[service - 5])
         }
     }
 }

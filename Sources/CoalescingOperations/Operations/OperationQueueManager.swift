@@ -45,23 +45,28 @@ public final class OperationQueueManager: @unchecked Sendable {
         @usableFromInline init() {}
     }
 
+    /// Receives the manager's events; see ``init(queue:observer:stallThreshold:)``.
+    public typealias Observer = @Sendable (CoalescingEvent<String>) -> Void
+
     /// Creates a manager that runs its work on `queue`.
+    ///
+    /// The stall threshold is a development aid for work that never calls `finish(result:)`: see
+    /// <doc:WhenCallersNeverHearBack>.
     ///
     /// - Parameters:
     ///   - queue: The queue to add operations to. Defaults to a new concurrent queue.
-    ///   - observer: Receives every step of every piece of work: see ``CoalescingEvent``. It is
-    ///     called with no lock of the manager's held, on the thread of a call that caused an event
-    ///     (or of another such call running at the same time, which delivers the events in order),
-    ///     so keep it quick and hand heavy work to a queue of your own. It may call back into the
+    ///   - observer: Receives every step of every piece of work, as a ``CoalescingEvent``. It is
+    ///     called with no lock of the manager's held, on the thread of a call that caused an event,
+    ///     or of another such call running at the same time, which delivers the events in order.
+    ///     Keep it quick and hand heavy work to a queue of your own; it may call back into the
     ///     manager. Without one, nothing is recorded.
     ///   - stallThreshold: Reports work still in flight this long after it started while callers
-    ///     wait for it: once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
-    ///     `observer`, or as a line on standard error when there is none. A development aid for
-    ///     work that never calls `finish(result:)`; see <doc:WhenCallersNeverHearBack>. Defaults to
-    ///     the environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
+    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
+    ///     observer, or as a line on standard error when there is none. Defaults to the
+    ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
     public init(
         queue: OperationQueue = OperationQueue(),
-        observer: (@Sendable (CoalescingEvent<String>) -> Void)? = nil,
+        observer: Observer? = nil,
         stallThreshold: Duration? = nil
     ) {
         self.queue = queue
@@ -99,8 +104,9 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///     the work however long it takes, and costs nothing.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
     @discardableResult
-    public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<Value>
-    {
+    public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<
+        Value
+    > {
         // Read before locking: the getters are overridable, and no user code runs under our locks.
         let priority = OperationPriority(of: operation)
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
@@ -197,7 +203,9 @@ public final class OperationQueueManager: @unchecked Sendable {
     /// Adds `caller` to the work in flight for `identifier`, if there is any: one look-up and one
     /// append, inlined into the caller so that it is specialized for its `Value` type.
     @inlinable
-    func join<Value>(identifier: String, _ caller: Caller<Value>, priority: OperationPriority?) -> CoalescingHandle<Value>? {
+    func join<Value>(identifier: String, _ caller: Caller<Value>, priority: OperationPriority?) -> CoalescingHandle<
+        Value
+    >? {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
         let joined: (host: CoalescibleOperation<Value>, slot: Int, applyPriority: Bool)? = index.withLock { index in
             guard let entry = index.inFlight[key] else { return nil }
@@ -310,10 +318,13 @@ public final class OperationQueueManager: @unchecked Sendable {
     // MARK: Bookkeeping
 
     /// Claims a fresh operation as work of this manager.
-    private func claim<Value>(_ operation: CoalescibleOperation<Value>, key: OperationKey, priority: OperationPriority) -> Bool {
+    private func claim<Value>(_ operation: CoalescibleOperation<Value>, key: OperationKey, priority: OperationPriority)
+        -> Bool
+    {
         let isTimed = events != nil || stallThreshold != nil
         let registration = Registration(manager: self, key: key, startedAt: isTimed ? .now : nil)
-        return operation.claim(Admission(registration: registration, priority: PriorityTracker(own: priority)), events: events)
+        return operation.claim(
+            Admission(registration: registration, priority: PriorityTracker(own: priority)), events: events)
     }
 
     /// Notes that `operation`'s work ended: drops its index entry, unless other work has taken its
@@ -344,7 +355,8 @@ public final class OperationQueueManager: @unchecked Sendable {
             let duration = registration.startedAt.map { ContinuousClock.now - $0 } ?? .zero
             events.record(
                 .workEnded(
-                    key: registration.key.identifier, outcome: outcome, callersServed: callersServed, duration: duration))
+                    key: registration.key.identifier, outcome: outcome, callersServed: callersServed, duration: duration
+                ))
             events.drain()
         }
     }
@@ -361,7 +373,8 @@ public final class OperationQueueManager: @unchecked Sendable {
             guard let self, let operation else { return }
             let callers = operation.state.withLock { $0.callerCount }
             guard callers > 0 else { return }
-            let event = CoalescingEvent<String>.workStalled(key: operation.identifier, callers: callers, elapsed: threshold)
+            let event = CoalescingEvent<String>.workStalled(
+                key: operation.identifier, callers: callers, elapsed: threshold)
             if let events {
                 events.record(event)
                 events.drain()

@@ -258,13 +258,17 @@ enum OperationState<Value> {
             }
             let applyPriority = entry.priority.map { admission?.priority?.release($0) ?? false } ?? false
             self = .pending(callers, admission: admission)
-            return callers.live == 0 ? abandon(callers, policy: policy, withdrawn: entry.caller) : .withdrew(entry.caller, applyPriority: applyPriority)
+            return callers.live == 0
+                ? abandon(callers, policy: policy, withdrawn: entry.caller)
+                : .withdrew(entry.caller, applyPriority: applyPriority)
         case .executing(var callers, let admission):
             self = .modifying
             let entry = callers.remove(slot)
             self = .executing(callers, admission: admission)
             guard entry != nil || slot == nil else { return .none }
-            return callers.live == 0 ? abandon(callers, policy: policy, withdrawn: entry?.caller) : .withdrew(entry?.caller, applyPriority: false)
+            return callers.live == 0
+                ? abandon(callers, policy: policy, withdrawn: entry?.caller)
+                : .withdrew(entry?.caller, applyPriority: false)
         case .absorbed(var callers, let host, let hostSlot):
             self = .modifying
             let entry = callers.remove(slot)
@@ -272,7 +276,8 @@ enum OperationState<Value> {
             guard entry != nil || slot == nil else { return .none }
             guard callers.live == 0 else { return .withdrew(entry?.caller, applyPriority: false) }
             self = .settling(.absorbed(leaving: reason))
-            let settlement = Settlement(callers: callers, registration: nil, host: HostLink(operation: host, slot: hostSlot))
+            let settlement = Settlement(
+                callers: callers, registration: nil, host: HostLink(operation: host, slot: hostSlot))
             return .leftHost(entry?.caller, settlement)
         case .settling, .settledBeforeStart, .finished:
             return .none
