@@ -145,20 +145,20 @@ final class MisuseTests: XCTestCase {
     func testCoalesceRefusesWhatCannotJoin() {
         let recorder = ResultRecorder<Int>()
         let host = operation(recorder: recorder, caller: "host")
-        let joiner = operation(recorder: recorder, caller: "joiner")
+        let rider = operation(recorder: recorder, caller: "rider")
         let other = operation(recorder: recorder, caller: "other")
 
         XCTAssertFalse(host.coalesce(operation: host), "an operation cannot absorb itself")
-        XCTAssertTrue(host.coalesce(operation: joiner))
-        XCTAssertFalse(host.coalesce(operation: joiner), "already absorbed")
+        XCTAssertTrue(host.coalesce(operation: rider))
+        XCTAssertFalse(host.coalesce(operation: rider), "already absorbed")
         XCTAssertFalse(other.coalesce(operation: host), "an operation that absorbed others cannot be absorbed")
-        XCTAssertFalse(joiner.coalesce(operation: other), "an absorbed operation cannot absorb")
+        XCTAssertFalse(rider.coalesce(operation: other), "an absorbed operation cannot absorb")
 
         host.start()
         XCTAssertTrue(recorder.waitForCalls(2))
         XCTAssertFalse(host.coalesce(operation: other), "finished work takes no more callers")
         recorder.assertValue("host", 1)
-        recorder.assertValue("joiner", 1)
+        recorder.assertValue("rider", 1)
         XCTAssertEqual(recorder.calls(of: "other").count, 0)
     }
 
@@ -166,16 +166,16 @@ final class MisuseTests: XCTestCase {
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
         let host = operation(starts: starts, recorder: recorder, caller: "host")
-        let joiner = operation(starts: starts, recorder: recorder, caller: "joiner")
-        XCTAssertTrue(host.coalesce(operation: joiner))
+        let rider = operation(starts: starts, recorder: recorder, caller: "rider")
+        XCTAssertTrue(host.coalesce(operation: rider))
 
-        joiner.start()
+        rider.start()
         XCTAssertEqual(starts.current, 0)
         host.start()
 
         XCTAssertTrue(recorder.waitForCalls(2))
         XCTAssertEqual(starts.current, 1)
-        XCTAssertTrue(joiner.isFinished)
+        XCTAssertTrue(rider.isFinished)
     }
 
     func testAFactoryReturningAFinishedOperationCallsTheCallerBackWithCancelled() {

@@ -315,7 +315,7 @@ final class OperationControlsTests: XCTestCase {
     // MARK: Guarantee 19: priority follows the callers
 
     /// The bug of issue 12: the manager compared a joining caller with the priority recorded at
-    /// enqueue, not with what the app had set since, so a less urgent joiner lowered the work and
+    /// enqueue, not with what the app had set since, so a less urgent joining caller lowered the work and
     /// a more urgent one failed to raise it.
     func testTheWorkNeverFallsBelowAWaitingCallerNorBelowWhatTheAppSetOnIt() {
         let manager = OperationQueueManager(queue: Queues.serial("work", suspended: true))
@@ -326,7 +326,7 @@ final class OperationControlsTests: XCTestCase {
         let joiner = TestOperation<Int>(callBackQueue: callbacks, work: { _ in }, completionHandler: { _ in })
         joiner.queuePriority = .high
         manager.enqueue(operation: joiner)
-        XCTAssertEqual(host.queuePriority, .veryHigh, "a less urgent joiner lowered the work")
+        XCTAssertEqual(host.queuePriority, .veryHigh, "a less urgent joining caller lowered the work")
 
         host.queuePriority = .low
         XCTAssertEqual(host.queuePriority, .high, "a waiting .high caller keeps the work at .high")

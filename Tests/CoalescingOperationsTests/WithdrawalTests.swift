@@ -59,7 +59,7 @@ final class WithdrawalTests: XCTestCase {
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("host")))
         manager.enqueue(
             operation: TestOperation(
-                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("joiner")))
+                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("rider")))
         XCTAssertTrue(started.wait())
 
         host.cancel()
@@ -68,7 +68,7 @@ final class WithdrawalTests: XCTestCase {
 
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
-        recorder.assertValue("joiner", 3)
+        recorder.assertValue("rider", 3)
         XCTAssertEqual(recorder.all.count, 2)
     }
 

@@ -12,4 +12,5 @@ let benchmarks: @Sendable () -> Void = {
     registerFanOutBenchmarks()
     registerDistinctWorkBenchmarks()
     registerUniqueThroughputBenchmarks()
+    registerControlsBenchmarks()
 }

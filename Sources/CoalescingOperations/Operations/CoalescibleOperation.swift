@@ -175,8 +175,8 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         _ operation: CoalescibleOperation<Value>, priority: OperationPriority?, events: EventChannel<String>?
     ) -> Absorption {
         guard operation !== self else { return .operationUnavailable }
-        return withBothStates(self, operation) { host, joiner in
-            switch joiner.freshness {
+        return withBothStates(self, operation) { host, absorbed in
+            switch absorbed.freshness {
             case .unavailable: return .operationUnavailable
             case .carriesOthers: return .operationCarriesOthers
             case .fresh: break
@@ -185,7 +185,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
                 case .joined(let slot, let callers, let applyPriority) = host.join(
                     .operation(operation), priority: priority)
             else { return .hostUnavailable }
-            joiner.becomeAbsorbed(by: self, slot: slot)
+            absorbed.becomeAbsorbed(by: self, slot: slot)
             events?.record(.callerJoined(key: identifier, callers: callers))
             return .absorbed(callers: callers, applyPriority: applyPriority)
         }
