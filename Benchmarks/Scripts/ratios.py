@@ -6,9 +6,10 @@
     python3 Scripts/ratios.py --save results.influx.csv   # also keep the raw export
 
 It runs `swift package benchmark` with `--format influx` (one CSV with the percentiles of every
-metric), takes the medians (p50) of wall-clock time and malloc calls per iteration, divides them
-by the number of callers (or operations) each iteration handles, and sets each figure against the
-baseline measured in the same run. Standard library only.
+metric), takes the medians (p50) of wall-clock time, malloc calls and (for workload 6) bytes left
+allocated per iteration, divides them by the number of callers (or operations) each iteration
+handles, and sets each figure against the baseline measured in the same run. It ends with issue
+11's targets, each met or missed. Standard library only.
 """
 
 import argparse
@@ -108,6 +109,9 @@ def medians(path):
                 entry["time"] = float(value)
             elif metric == "Malloc(total)":
                 entry["mallocs"] = float(value)
+            elif metric == "Malloc/freeΔ(bytes)":
+                # `memoryLeakedBytes`: bytes requested from malloc and not freed in the region.
+                entry["bytes"] = float(value)
     return figures
 
 
@@ -242,6 +246,124 @@ def print_targets(figures):
         print(f"| (some benchmarks missing: {error}) | | |")
 
 
+# ---------------------------------------------------------------------------------------------
+# Workload 6 (memory per joined caller) and issue 11's targets
+# ---------------------------------------------------------------------------------------------
+
+MEMORY_CALLERS = 1_000_000
+
+
+def memory_per_caller(figures):
+    """(total, closure, beyond) requested bytes per caller at 1,000,000 joined callers, or Nones."""
+    def per_caller(kind):
+        entry = figures.get(f"JoinMemory/N={MEMORY_CALLERS}/{kind}")
+        if entry is None or entry.get("bytes") is None:
+            return None
+        return entry["bytes"] / MEMORY_CALLERS
+
+    total, closure = per_caller("ours-handler"), per_caller("closure-alone")
+    beyond = total - closure if total is not None and closure is not None else None
+    return total, closure, beyond
+
+
+def print_memory(figures):
+    print("| Workload | Variant | per | Bytes left allocated (median) | Mallocs | Time (median) | Note |")
+    print("|---|---|---|---:|---:|---:|---|")
+    total, closure, beyond = memory_per_caller(figures)
+    for kind, label, note in (
+            ("ours-handler", "1,000,000 callers join, ours enqueue(identifier:…)", "the callers list and each caller"),
+            ("closure-alone", "the same closure stored 1,000,000 times, alone",
+             "the caller's closure as a generic API keeps it (its re-abstraction thunk)")):
+        name = f"JoinMemory/N={MEMORY_CALLERS}/{kind}"
+        entry = figures.get(name)
+        if entry is None or entry.get("bytes") is None:
+            print(f"| 6 Join memory | {label} | | not run | | | `{name}` missing |")
+            continue
+        time, mallocs, _ = per_unit(figures, name)
+        print(f"| 6 Join memory | {label} | caller (÷{MEMORY_CALLERS:,}) | {entry['bytes'] / MEMORY_CALLERS:,.1f} B | "
+              f"{fmt_count(mallocs)} | {fmt_time(time)} | {note} |")
+    if beyond is not None:
+        print(f"| 6 Join memory | the library's share (difference) | caller | {beyond:,.1f} B | | | "
+              "requested bytes; glibc adds its chunk header and rounding |")
+
+
+def issue_11_targets(figures):
+    """[(path, measured text, target text, met)] for issue 11's table; met is None when not run."""
+    def t(name):
+        return per_unit(figures, name)[0]
+
+    def m(name):
+        return per_unit(figures, name)[1]
+
+    def guarded(path, target, compute):
+        try:
+            measured, met = compute()
+        except (TypeError, ZeroDivisionError, KeyError):
+            return (path, "not run", target, None)
+        return (path, measured, target, met)
+
+    def operation_join():
+        # P = 0 (the Join rows: nothing else pending) and P = 10 (JoinAmongPending).
+        pairs = [(f"N = {n:,}, P = 0", f"Join/N={n}/ours-operation", f"Join/N={n}/naive") for n in (10, 1_000, 10_000)]
+        pairs.append(("N = 100, P = 10", "JoinAmongPending/P=10/N=100/ours-operation", "JoinAmongPending/P=10/N=100/naive"))
+        ratios = [(t(ours) / t(naive), where, t(ours), t(naive)) for where, ours, naive in pairs]
+        worst = max(ratios)
+        text = f"worst {worst[0]:.2f}× naive at {worst[1]} ({fmt_time(worst[2])} vs {fmt_time(worst[3])}); " + \
+            ", ".join(f"{r:.2f}×" for r, *_ in ratios)
+        return text, worst[0] <= 1.0
+
+    def handler_join():
+        rows = []
+        for n in (10, 1_000, 10_000, 100_000):
+            ours, naive = f"Join/N={n}/ours-handler", f"Join/N={min(n, 10_000)}/naive"
+            rows.append((n, t(ours), t(naive) / t(ours), m(ours)))
+        slowest = max(rows, key=lambda r: r[1])
+        least = min(rows, key=lambda r: r[2])
+        most = max(rows, key=lambda r: r[3])
+        text = (f"slowest {fmt_time(slowest[1])} at N = {slowest[0]:,}; least {least[2]:.1f}× faster than naive at "
+                f"N = {least[0]:,}; at most {most[3]:.2f} allocations per caller at N = {most[0]:,}")
+        return text, slowest[1] <= 100 and least[2] >= 5 and most[3] <= 1.0
+
+    def task_join(kind):
+        def compute():
+            ours, base = t(f"TaskJoin/N=10000/{kind}"), t("TaskJoin/N=10000/task-dictionary")
+            return f"{fmt_time(ours)} vs {fmt_time(base)}: {ours / base:.2f}× the actor", ours <= base
+        return compute
+
+    def unique():
+        manager, raw = t("UniqueThroughput/M=1000/manager"), t("UniqueThroughput/M=1000/raw-queue")
+        return f"{fmt_time(manager)} vs {fmt_time(raw)} per operation: {manager / raw:.2f}×", manager / raw <= 1.05
+
+    def fan_out():
+        ours = t("FanOut/N=10000/1-queue/ours-handler")
+        return f"{fmt_time(ours)} per caller", ours <= 40
+
+    def memory():
+        total, closure, beyond = memory_per_caller(figures)
+        text = f"{beyond:,.1f} B beyond the closure ({total:,.1f} B per caller in all, {closure:,.1f} B the closure)"
+        return text, beyond <= 64
+
+    return [
+        guarded("Join with `enqueue(operation:)`, P = 0…10 pending", "≤ 1.0× naive at every P", operation_join),
+        guarded("Join with a handler alone (`enqueue(identifier:…)`), N = 10…100,000",
+                "≤ 100 ns and ≥ 5× naive, ≤ 1 allocation per caller", handler_join),
+        guarded("`InFlightTaskCoalescer` join", "≤ 1.0× the `[Key: Task]` actor", task_join("ours-inflight")),
+        guarded("`PrefetchableTaskCoalescer` join", "≤ 1.0× the `[Key: Task]` actor", task_join("ours-prefetchable")),
+        guarded("Work that never coalesces, through the manager", "≤ 1.05× a raw `OperationQueue`", unique),
+        guarded("Fan-out to callers on one queue", "≤ 40 ns per caller", fan_out),
+        guarded(f"Memory per joined caller at {MEMORY_CALLERS:,} callers, handler path",
+                "≤ 64 bytes beyond the caller's closure", memory),
+    ]
+
+
+def print_issue_11_targets(figures):
+    print("| Path | Measured | Target | |")
+    print("|---|---|---|---|")
+    for path, measured, target, met in issue_11_targets(figures):
+        mark = "not run" if met is None else ("met" if met else "**missed**")
+        print(f"| {path} | {measured} | {target} | {mark} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--csv", help="read this influx export instead of running the suite")
@@ -258,7 +380,12 @@ def main():
           "Ratios: this figure ÷ its baseline's, from the same run (below 1 is better).\n")
     print_table(figures)
     print()
+    print_memory(figures)
+    print()
     print_targets(figures)
+    print()
+    print("Issue 11's targets (release build, medians, ratios from this run):\n")
+    print_issue_11_targets(figures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 import Benchmark
 
-/// Workloads 1-4: `OperationQueueManager` against the blog's naive manager and a raw
+/// Workloads 1-4 and 6: `OperationQueueManager` against the blog's naive manager and a raw
 /// `OperationQueue`. Every benchmark measures wall-clock time and malloc calls; medians per
 /// iteration are reported, and `Scripts/ratios.py` divides them per caller and sets each against
 /// its baseline.
@@ -13,4 +13,5 @@ let benchmarks: @Sendable () -> Void = {
     registerDistinctWorkBenchmarks()
     registerUniqueThroughputBenchmarks()
     registerControlsBenchmarks()
+    registerJoinMemoryBenchmarks()
 }
