@@ -67,6 +67,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - completionHandler: Called exactly once: with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
     ///     withdraws first.
+    @inlinable  // Specialized in the caller's module, as ``ConcurrentOperation/init(callBackQueue:completionHandler:)``.
     public init(
         identifier: String,
         callBackQueue: OperationQueue = OperationQueue.current ?? .main,
@@ -84,6 +85,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// or for work nobody waits for, such as warming a cache.
     ///
     /// - Parameter identifier: Equal for operations that do the same work; see ``identifier``.
+    @inlinable
     public init(identifier: String) {
         self.identifier = identifier
         super.init(callBackQueue: nil, completionHandler: nil)
@@ -150,6 +152,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     // MARK: Joining
 
     /// Outcomes of ``absorb(_:priority:events:)``.
+    @usableFromInline
     enum Absorption {
         /// The operation now rides on this one, among `callers`; `applyPriority` asks the calling
         /// thread to call ``applyPriority()``.
@@ -171,6 +174,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - events: The manager's observer, told of the join under this operation's lock so that
     ///     events keep the order of the changes.
     /// - Returns: Whether `operation` was absorbed, or which of the two was unavailable.
+    @inlinable
     final func absorb(
         _ operation: CoalescibleOperation<Value>, priority: OperationPriority?, events: EventChannel<String>?
     ) -> Absorption {
@@ -305,7 +309,8 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
 
 /// Runs `body` holding the locks of two distinct operations, always taken in the same (address)
 /// order, so that two threads absorbing the pair in opposite directions cannot deadlock.
-private func withBothStates<Value, Result>(
+@inlinable
+func withBothStates<Value, Result>(
     _ first: CoalescibleOperation<Value>,
     _ second: CoalescibleOperation<Value>,
     _ body: (inout OperationState<Value>, inout OperationState<Value>) -> Result

@@ -49,7 +49,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     @usableFromInline let state: LockedState<OperationState<Value>>
 
     /// The slot of the operation's own completion handler among its callers.
-    let ownCallerSlot: Int?
+    @usableFromInline let ownCallerSlot: Int?
 
     /// Creates an operation that calls `completionHandler` once with its result.
     ///
@@ -58,6 +58,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///     the thread that finishes the operation.
     ///   - completionHandler: Called exactly once: with the result given to ``finish(result:)``,
     ///     or with `.failure(ConcurrentOperationError.cancelled)` after ``cancel()``.
+    @inlinable  // Specialized in the caller's module: generic, it cost a join ~0.5 µs of metadata look-ups.
     public init(
         callBackQueue: OperationQueue? = nil,
         completionHandler: ((Result<Value, Error>) -> Void)? = nil

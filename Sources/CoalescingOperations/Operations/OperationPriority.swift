@@ -23,6 +23,7 @@ public struct OperationPriority: Hashable, Sendable {
     }
 
     /// Reads an operation's current priority: its two getters, which a subclass may override.
+    @usableFromInline
     init(of operation: Operation) {
         queuePriority = operation.queuePriority
         qualityOfService = operation.qualityOfService

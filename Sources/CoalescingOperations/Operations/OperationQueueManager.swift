@@ -32,7 +32,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     /// The observer given at creation, fed in the order of the changes; nil costs nothing.
     @usableFromInline let events: EventChannel<String>?
     /// How long work may stay in flight with callers waiting before it is reported as stalled.
-    let stallThreshold: Duration?
+    @usableFromInline let stallThreshold: Duration?
 
     /// The work in flight, by identifier and `Value` type, and what the manager has done so far.
     @usableFromInline
@@ -103,7 +103,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///     withdrawn and receives `.failure(CoalescingError.timedOut)`; nil, the default, waits for
     ///     the work however long it takes, and costs nothing.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
-    @discardableResult
+    @inlinable @discardableResult  // Specialized in the caller's module: see BENCHMARKS.md.
     public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<
         Value
     > {
@@ -318,7 +318,8 @@ public final class OperationQueueManager: @unchecked Sendable {
     // MARK: Bookkeeping
 
     /// Claims a fresh operation as work of this manager.
-    private func claim<Value>(_ operation: CoalescibleOperation<Value>, key: OperationKey, priority: OperationPriority)
+    @usableFromInline
+    func claim<Value>(_ operation: CoalescibleOperation<Value>, key: OperationKey, priority: OperationPriority)
         -> Bool
     {
         let isTimed = events != nil || stallThreshold != nil
@@ -368,7 +369,8 @@ public final class OperationQueueManager: @unchecked Sendable {
     }
 
     /// Reports `operation` once if it is still in flight with callers after `threshold`.
-    private func watchForStall<Value>(_ operation: CoalescibleOperation<Value>, after threshold: Duration) {
+    @usableFromInline
+    func watchForStall<Value>(_ operation: CoalescibleOperation<Value>, after threshold: Duration) {
         schedule(after: threshold) { [weak self, weak operation] in
             guard let self, let operation else { return }
             let callers = operation.state.withLock { $0.callerCount }

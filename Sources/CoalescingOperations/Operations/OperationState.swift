@@ -364,18 +364,21 @@ enum OperationState<Value> {
 
     /// Whether the operation is untouched and may be absorbed: pending, not claimed by a queue,
     /// and carrying no absorbed operations of its own (delivery never nests more than one level).
+    @usableFromInline
     enum Freshness: Equatable {
         case fresh
         case carriesOthers
         case unavailable
     }
 
+    @usableFromInline
     var freshness: Freshness {
         guard case .pending(let callers, nil) = self else { return .unavailable }
         return callers.hasAbsorbed ? .carriesOthers : .fresh
     }
 
     /// Makes this fresh operation ride on `host`'s work, as the caller in `slot` there.
+    @usableFromInline
     mutating func becomeAbsorbed(by host: CoalescibleOperation<Value>, slot: Int) {
         guard case .pending(let callers, nil) = self else {
             preconditionFailure("OperationState: absorbed while \(self.name)")

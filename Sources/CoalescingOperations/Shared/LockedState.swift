@@ -21,7 +21,7 @@ import Musl
 struct LockedState<State> {
     @usableFromInline let buffer: Buffer
 
-    @usableFromInline
+    @inlinable
     init(_ initialState: State) {
         let buffer = Buffer.create(minimumCapacity: 1) { buffer in
             buffer.withUnsafeMutablePointerToElements { PlatformLock.initialize($0) }
