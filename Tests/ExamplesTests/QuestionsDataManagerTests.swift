@@ -83,6 +83,7 @@ final class QuestionsDataManagerTests: XCTestCase {
             (.status(500), .invalidStatusCode(500)),
             (.emptyBody, .missingData),
             (.malformedJSON, .serialization),
+            (.json(#"{"has_more":false}"#), .unexpectedJSON("the top level has no key 'items'")),
         ]
         for (response, expected) in cases {
             server.setRoute(Fixtures.questionsPath, response)

@@ -24,6 +24,8 @@ enum HTTPResponseDecoder {
         }
         do {
             return .success(try JSONDecoder().decode(Value.self, from: data))
+        } catch let error as DecodingError {
+            return .failure(NetworkingError(error))
         } catch {
             return .failure(NetworkingError.serialization)
         }
