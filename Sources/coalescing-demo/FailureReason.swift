@@ -2,10 +2,6 @@ import CoalescingOperations
 import Examples
 import Foundation
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
 /// How a caller's request ended, as the summary counts it.
 enum CallerOutcome: Sendable {
     case served

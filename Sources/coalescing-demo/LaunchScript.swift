@@ -3,6 +3,7 @@ import Examples
 import FixtureHTTPServer
 import Foundation
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -120,7 +120,7 @@ final class DemoTests: XCTestCase {
         XCTAssertEqual(run.failureLines.count, questionCallers, run.standardError)
         for line in run.failureLines {
             XCTAssertTrue(line.contains(server.baseURL.absoluteString + "/2.3/questions?page="), String(line))
-            XCTAssertTrue(line.hasSuffix("the server answered 404 Not Found"), String(line))
+            XCTAssertTrue(line.hasSuffix("the server answered HTTP 404"), String(line))
         }
         XCTAssertTrue(run.standardOutput.contains("callers served      3"), run.standardOutput)
     }

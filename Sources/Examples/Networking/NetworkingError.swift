@@ -1,9 +1,5 @@
 import Foundation
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
 /// Why a response could not become a value.
 public enum NetworkingError: Error, Equatable, Sendable, CustomStringConvertible {
     /// No HTTP response, or an empty body.
@@ -21,8 +17,7 @@ public enum NetworkingError: Error, Equatable, Sendable, CustomStringConvertible
         case .missingData: "the response had no body"
         case .serialization: "the body is not valid JSON"
         case .unexpectedJSON(let problem): "the JSON is not in the expected shape: \(problem)"
-        case .invalidStatusCode(let status):
-            "the server answered \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))"
+        case .invalidStatusCode(let status): "the server answered HTTP \(status)"
         }
     }
 
