@@ -97,6 +97,19 @@ final class QuestionsDataManagerTests: XCTestCase {
         }
     }
 
+    func testAValueOfTheWrongTypeIsNamedByItsPath() {
+        server.setRoute(Fixtures.questionsPath, .json(#"{"items":[{"question_id":"one"}],"has_more":false}"#))
+        let results = ResultRecorder<QuestionPage>()
+
+        questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+
+        XCTAssertTrue(results.waitForCalls(1))
+        guard case .unexpectedJSON(let problem) = results.errors.first as? NetworkingError else {
+            return XCTFail("expected unexpectedJSON, got \(results.errors)")
+        }
+        XCTAssertTrue(problem.hasPrefix("items[0].question_id is not Int"), problem)
+    }
+
     func testAnUnreachableServerFailsWithTheTransportError() {
         let results = ResultRecorder<QuestionPage>()
         server.stop()
