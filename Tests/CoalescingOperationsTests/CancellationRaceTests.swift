@@ -83,6 +83,10 @@ final class CancellationRaceTests: XCTestCase {
     func testWorkCancelledWhileWaitingOnADependencyNeverRunsAndItsCallerHearsCancelled() {
         let dependencies = Queues.concurrent("dependencies")
         var managers: [OperationQueueManager] = []
+        // Foundation on Linux keeps an unretained back-reference from a dependency to its
+        // dependent, and uses it after the dependency reports finished: every operation lives
+        // until the dependencies' queue is drained.
+        var keptAlive: [Operation] = []
         for route in CancelRoute.allCases {
             let starts = Counter()
             let recorder = ResultRecorder<Int>()
@@ -94,6 +98,7 @@ final class CancellationRaceTests: XCTestCase {
                     "work \(trial)", callBackQueue: callbacks, starts: starts,
                     work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("caller \(trial)"))
                 operation.addDependency(pending)
+                keptAlive += [pending, operation]
                 let handle = manager.enqueue(operation: operation)
 
                 switch route {
@@ -104,8 +109,6 @@ final class CancellationRaceTests: XCTestCase {
                 }
                 dependencies.addOperation(pending)
                 operation.waitUntilFinished()
-                // Foundation on Linux keeps an unretained back-reference from `pending` to its
-                // dependent: the dependent must outlive it.
                 pending.waitUntilFinished()
             }
             XCTAssertTrue(recorder.waitForCalls(200))
@@ -116,6 +119,7 @@ final class CancellationRaceTests: XCTestCase {
         }
         dependencies.waitUntilAllOperationsAreFinished()
         managers.forEach { $0.queue.waitUntilAllOperationsAreFinished() }
+        withExtendedLifetime(keptAlive) {}
     }
 
     // MARK: Hand coalescing meets the manager

@@ -129,7 +129,7 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
     /// Waits until `count` callers wait for the work with identifier "work".
     private func waitUntilJoined(_ manager: OperationQueueManager, count: Int) async {
         await waitUntil("\(count) callers joined") {
-            manager.waitingCallers(identifier: "work", valueType: Int.self) == count
+            manager.callerCount(identifier: "work", valueType: Int.self) == count
         }
     }
 }

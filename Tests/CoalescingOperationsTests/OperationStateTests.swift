@@ -1,149 +1,152 @@
 import Foundation
-import Testing
+import XCTest
 
 @testable import CoalescingOperations
 
-/// Guarantees 2, 5 and 6 (see the Guarantees article) in the state machine behind every operation,
-/// on its own: no queue, no threads.
-@Suite("OperationState")
-struct OperationStateTests {
+/// Guarantees 2, 5, 6, 18 and 19 (see the Guarantees article) in the state machine behind every
+/// operation, on its own: no queue, no threads, each transition and the action it returns.
+final class OperationStateTests: XCTestCase {
     private typealias State = OperationState<Int>
 
-    private static func handler(_ queue: OperationQueue? = nil) -> Subscriber<Int> {
+    private static func handler(_ queue: OperationQueue? = nil) -> Caller<Int> {
         .handler({ _ in }, queue: queue)
     }
 
-    @Test("A queued operation starts, and finishes once its result is handed out")
-    func startThenResolve() {
-        var state = State(caller: Self.handler())
-        let claimed = state.claim(registration: nil, priority: nil)
-        #expect(claimed)
-        let start = state.begin()
-        #expect(start == .run)
-        #expect(state.phase == .executing)
+    private static func admission(own: OperationPriority = OperationPriority()) -> Admission {
+        Admission(registration: nil, priority: PriorityTracker(own: own))
+    }
 
-        let resolution = state.resolve()
-        #expect(resolution?.callers.count == 1)
-        let second = state.resolve()
-        #expect(second == nil, "only the first resolution wins")
-        let keys = state.settle()
-        #expect(keys == LifecycleKey.executingAndFinished)
+    func testAQueuedOperationRunsAndFinishesOnceItsResultIsHandedOut() {
+        var state = State(caller: Self.handler())
+        XCTAssertTrue(state.claim(Self.admission()))
+        guard case .run = state.start() else { return XCTFail("a claimed operation runs when started") }
+        XCTAssertTrue(state.isExecuting)
+
+        XCTAssertEqual(state.decide()?.callers.live, 1)
+        XCTAssertNil(state.decide(), "only the first decision wins")
+        guard case .finish(let keys) = state.settled() else { return XCTFail("an executing operation finishes") }
+        XCTAssertEqual(keys, ["isExecuting", "isFinished"])
         state.markFinished()
-        #expect(state.phase == .finished)
-        let restart = state.begin()
-        #expect(restart == .ignore, "starting again changes nothing")
+        XCTAssertTrue(state.isFinished)
+        guard case .none = state.start() else { return XCTFail("starting again changes nothing") }
     }
 
-    @Test("A result decided before the start finishes the operation only when the queue starts it")
-    func resolveBeforeStart() {
+    func testAResultDecidedBeforeTheStartFinishesTheOperationOnlyWhenTheQueueStartsIt() {
         var state = State(caller: Self.handler())
-        let claimed = state.claim(registration: nil, priority: nil)
-        #expect(claimed)
-        let resolution = state.resolve()
-        #expect(resolution != nil)
-        let keys = state.settle()
-        #expect(keys == nil, "not started: the queue's start() finishes it")
-        #expect(state.phase == .enqueued)
+        XCTAssertTrue(state.claim(Self.admission()))
+        XCTAssertNotNil(state.decide())
+        guard case .awaitStart = state.settled() else { return XCTFail("not started: the queue's start() finishes it") }
+        XCTAssertFalse(state.isFinished, "a queued operation never reports finished before its start")
 
-        let start = state.begin()
-        #expect(start == .finishWithoutRunning)
-        #expect(state.phase == .finished)
+        guard case .finishWithoutRunning = state.start() else { return XCTFail("main() must not run") }
+        XCTAssertTrue(state.isFinished)
     }
 
-    @Test("A start that comes while the result is being handed out leaves the finish to settling")
-    func startDuringSettling() {
+    func testAStartWhileTheResultIsHandedOutLeavesTheFinishToSettling() {
         var state = State(caller: Self.handler())
-        let resolution = state.resolve()
-        #expect(resolution != nil)
-        let start = state.begin()
-        #expect(start == .ignore, "main() must not run for a decided result")
-        #expect(state.phase == .executing)
-        let keys = state.settle()
-        #expect(keys == LifecycleKey.executingAndFinished)
+        XCTAssertNotNil(state.decide())
+        guard case .none = state.start() else { return XCTFail("main() must not run for a decided result") }
+        XCTAssertTrue(state.isExecuting)
+        guard case .finish(let keys) = state.settled() else { return XCTFail("settling finishes it") }
+        XCTAssertEqual(keys, ["isExecuting", "isFinished"])
     }
 
-    @Test("Withdrawing removes one caller once, and abandons the work with the last one")
-    func withdrawal() {
+    func testWithdrawingRemovesACallerOnceAndTheLastOneAbandonsTheWork() {
         var state = State(caller: Self.handler())
-        let second = state.subscribe(Self.handler())
-        #expect(second == 1)
+        XCTAssertTrue(state.claim(Self.admission()))
+        guard case .joined(let second, let callers, _) = state.join(Self.handler(), priority: nil) else {
+            return XCTFail("open work takes callers")
+        }
+        XCTAssertEqual(callers, 2)
 
-        let first = state.withdraw(slot: 0)
-        #expect(first.removed != nil)
-        #expect(!first.abandoned)
-        let again = state.withdraw(slot: 0)
-        #expect(again.removed == nil, "already withdrawn")
-
-        let last = state.withdraw(slot: 1)
-        #expect(last.removed != nil)
-        #expect(last.abandoned)
+        guard case .withdrew(let caller?, _) = state.withdraw(second, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("the second caller withdraws")
+        }
+        guard case .handler = caller else { return XCTFail("the withdrawn caller is handed back to be told") }
+        guard case .none = state.withdraw(second, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("withdrawing twice does nothing")
+        }
+        guard case .abandoned(_?, let settlement) = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("the last caller abandons the work")
+        }
+        XCTAssertEqual(settlement.callers.live, 0)
+        XCTAssertNil(state.decide(), "abandoning decided the result")
     }
 
-    @Test("Nothing can join or withdraw once the result is decided")
-    func decidedWorkIsClosed() {
+    func testTheLastCallerLeavingWorkThatRunsToCompletionLeavesItRunningAndOpen() {
         var state = State(caller: Self.handler())
-        _ = state.resolve()
-        let slot = state.subscribe(Self.handler())
-        #expect(slot == nil)
-        let withdrawal = state.withdraw(slot: 0)
-        #expect(withdrawal.removed == nil)
-        #expect(!state.canAbsorb)
-        #expect(!state.isFresh)
+        XCTAssertTrue(state.claim(Self.admission()))
+        _ = state.start()
+        guard case .withdrew(_?, _) = state.withdraw(0, reason: .withdrawn, policy: .runToCompletion) else {
+            return XCTFail("the caller withdraws, the work runs on")
+        }
+        XCTAssertTrue(state.isExecuting)
+        guard case .joined = state.join(Self.handler(), priority: nil) else {
+            return XCTFail("a caller who arrives while it still runs joins it")
+        }
+        XCTAssertEqual(state.decide()?.callers.live, 1)
     }
 
-    @Test("Callers on one queue are handed the result as one list; a second queue splits them")
-    func callerQueues() {
+    func testNothingJoinsOrWithdrawsOnceTheResultIsDecided() {
+        var state = State(caller: Self.handler())
+        XCTAssertNotNil(state.decide())
+        guard case .refused = state.join(Self.handler(), priority: nil) else {
+            return XCTFail("decided work is closed")
+        }
+        guard case .none = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("the caller has its result")
+        }
+    }
+
+    func testAnAbsorbedOperationWhoseLastCallerLeavesIsDecidedAndLeavesItsHost() {
+        let host = CoalescibleOperation<Int>(identifier: "host")
+        var state = State(caller: Self.handler())
+        XCTAssertEqual(state.freshness, .fresh)
+        state.becomeAbsorbed(by: host, slot: 3)
+        XCTAssertEqual(state.freshness, .unavailable, "an absorbed operation rides on nothing else")
+        guard case .leftHost(_?, let settlement) = state.withdraw(0, reason: .withdrawn, policy: .cancel) else {
+            return XCTFail("its last caller takes it out of the host's work")
+        }
+        XCTAssertTrue(settlement.host?.operation === host)
+        XCTAssertEqual(settlement.host?.slot, 3)
+        guard case .finish(let keys) = state.settled() else { return XCTFail("an absorbed operation finishes") }
+        XCTAssertEqual(keys, ["isFinished"])
+    }
+
+    func testCallersOnOneQueueAreHandedTheResultAsOneListAndASecondQueueSplitsThem() {
         let shared = OperationQueue()
-        var state = State(caller: Self.handler(shared))
-        _ = state.subscribe(Self.handler(shared))
-        guard case .one(let queue) = state.callerQueues else {
-            Issue.record("expected one shared queue, got \(state.callerQueues)")
-            return
-        }
-        #expect(queue === shared)
-
-        _ = state.subscribe(Self.handler(OperationQueue()))
-        guard case .several = state.callerQueues else {
-            Issue.record("expected several queues, got \(state.callerQueues)")
-            return
-        }
+        var callers = Callers<Int>()
+        _ = callers.add(Self.handler(shared), priority: nil)
+        _ = callers.add(Self.handler(shared), priority: nil)
+        guard case .one(let queue) = callers.queues, queue === shared else { return XCTFail("one queue") }
+        _ = callers.add(Self.handler(OperationQueue()), priority: nil)
+        guard case .several = callers.queues else { return XCTFail("a second queue splits them") }
     }
 
-    @Test("A raised priority is applied by one thread at a time, and never lowered")
-    func priorityRequests() {
-        let base = OperationPriority(of: Operation())
-        var state = State(caller: nil)
-        let claimed = state.claim(registration: nil, priority: base)
-        #expect(claimed)
-        let pending = state.nextPriorityToApply()
-        #expect(pending == nil, "the admitting thread finds nothing raised")
+    func testTheWorkFollowsItsMostUrgentWaitingCallerDownAsWellAsUpButNeverBelowItsOwn() {
+        var tracker = PriorityTracker(own: OperationPriority(queuePriority: .normal, qualityOfService: .utility))
+        XCTAssertNil(tracker.next(), "the admitting thread finds nothing to write, and lets go")
+        let urgent = OperationPriority(queuePriority: .veryHigh, qualityOfService: .userInitiated)
+        XCTAssertTrue(tracker.demand(urgent), "a more urgent caller asks this thread to apply it")
+        XCTAssertFalse(tracker.demand(OperationPriority(queuePriority: .high)), "one thread applies at a time")
+        XCTAssertEqual(tracker.next(), urgent)
+        XCTAssertNil(tracker.next())
 
-        var urgent = base
-        urgent.queuePriority = .veryHigh
-        let mustApply = state.request(urgent)
-        #expect(mustApply, "no thread is applying: this caller must")
-        var lower = base
-        lower.queuePriority = .high
-        let mustApplyLower = state.request(lower)
-        #expect(!mustApplyLower, "lower than what is requested: nothing to do")
+        XCTAssertTrue(tracker.release(urgent), "the most urgent caller withdrew: lower the work")
+        XCTAssertEqual(tracker.next(), OperationPriority(queuePriority: .high, qualityOfService: .default))
+        XCTAssertNil(tracker.next())
 
-        let applied = state.nextPriorityToApply()
-        #expect(applied?.queuePriority == .veryHigh)
-        let done = state.nextPriorityToApply()
-        #expect(done == nil)
+        XCTAssertFalse(tracker.setOwn { $0.queuePriority = .low }, "a waiting .high caller keeps it high")
+        XCTAssertTrue(tracker.setOwn { $0.queuePriority = .veryHigh }, "the app raises its own floor")
+        XCTAssertEqual(tracker.next()?.queuePriority, .veryHigh)
     }
 
-    @Test("Raising a priority takes the more urgent of each knob")
-    func raisedPriority() {
-        var low = OperationPriority(of: Operation())
-        low.queuePriority = .low
-        low.qualityOfService = .userInitiated
-        var high = low
-        high.queuePriority = .high
-        high.qualityOfService = .background
-
-        let raised = low.raised(to: high)
-        #expect(raised.queuePriority == .high)
-        #expect(raised.qualityOfService == .userInitiated)
+    func testRaisingAPriorityTakesTheMoreUrgentOfEachKnob() {
+        let low = OperationPriority(queuePriority: .low, qualityOfService: .userInitiated)
+        let high = OperationPriority(queuePriority: .high, qualityOfService: .background)
+        XCTAssertEqual(low.raised(to: high), OperationPriority(queuePriority: .high, qualityOfService: .userInitiated))
+        // `.default` has raw value -1, below `.background`; urgency orders it correctly.
+        let service = OperationPriority(queuePriority: .normal, qualityOfService: .default)
+        XCTAssertEqual(service.raised(to: OperationPriority(qualityOfService: .utility)).qualityOfService, .default)
     }
 }

@@ -3,12 +3,14 @@ import Foundation
 import TestSupport
 import XCTest
 
-/// Guarantee 2 (see the Guarantees article) under load: random interleavings of enqueue, join, finish, withdrawal and
-/// cancellation from several threads lose no callback and double none. The mix includes the
-/// manager's own queue as a callback queue, `cancelAll()` and the queue's `cancelAllOperations()`,
-/// operations waiting on dependencies (cancelled or not, and cancelled while they wait), and
-/// operations coalesced by hand: each found a bug once (issue 9), and the mix fails when any of
-/// them is put back.
+/// Guarantees 2, 16-19 and 21-22 (see the Guarantees article) under load: random interleavings of
+/// enqueue, join, finish, withdrawal and cancellation from several threads lose no callback and
+/// double none. The mix includes the manager's own queue as a callback queue, `cancelAll()` and the
+/// queue's `cancelAllOperations()`, operations waiting on dependencies (cancelled or not, and
+/// cancelled while they wait), and operations coalesced by hand: each found a bug once (issue 9),
+/// and the mix fails when any of them is put back. It also forgets work, gives callers timeouts and
+/// priorities, lets some work run to completion when abandoned, and then checks the statistics and
+/// the observer's events against what the callers saw, exactly.
 final class StressTests: XCTestCase {
     struct WorkFailed: Error {}
 
@@ -53,7 +55,9 @@ final class StressTests: XCTestCase {
             switch result {
             case .success(let value) where value != identifier:
                 wrong = "caller \(caller) of identifier \(identifier) got the result of \(value)"
-            case .failure(let error) where !(error is WorkFailed) && error as? ConcurrentOperationError != .cancelled:
+            case .failure(let error)
+            where !(error is WorkFailed) && error as? ConcurrentOperationError != .cancelled
+                && error as? CoalescingError != .timedOut:
                 wrong = "caller \(caller) got \(error)"
             default:
                 break
@@ -87,7 +91,8 @@ final class StressTests: XCTestCase {
         let callers = environment["COALESCING_STRESS_OPERATIONS"].flatMap(Int.init) ?? 100_000
         print("StressTests seed \(seed), \(callers) callers; replay with COALESCING_STRESS_SEED=\(seed)")
 
-        let manager = OperationQueueManager()
+        let events = EventCounts()
+        let manager = OperationQueueManager(observer: events.count)
         // The manager's own queue is a callback queue too: `cancelAll()` and
         // `cancelAllOperations()` then meet results on their way to callers.
         let callbackQueues = (0..<4).map { Queues.concurrent("callbacks \($0)") } + [manager.queue]
@@ -95,7 +100,10 @@ final class StressTests: XCTestCase {
         // Operations with dependencies go through a manager of their own, whose queue is mostly
         // idle: on a busy queue, an operation that turns ready waits, and the race between its
         // start and its cancellation would hardly ever be run.
-        let dependentManager = OperationQueueManager()
+        let dependentManager = OperationQueueManager(observer: events.count)
+        // How each caller was admitted, and the riders that came in by hand.
+        let admissions = LockedBox([CoalescingHandle<Int>.Admission: Int]())
+        let riders = Counter()
         // Operations cancelled while a dependency still held them back: their work must never run.
         let cancelledBeforeStart = LockedBox(Set<ObjectIdentifier>())
         // Foundation on Linux keeps unretained references from a dependency to its dependents, so
@@ -115,6 +123,14 @@ final class StressTests: XCTestCase {
                 let identifier = Int.random(in: 0..<32, using: &random)
                 let finishing = Int.random(in: 0..<5, using: &random)
                 let delay = Int.random(in: 0..<200, using: &random)
+                let policy: AbandonedWorkPolicy = identifier % 4 == 0 ? .runToCompletion : .cancel
+                let timeout: Duration? =
+                    Int.random(in: 0..<10, using: &random) == 0
+                    ? .microseconds(Int.random(in: 0..<400, using: &random)) : nil
+                let priority = OperationPriority(
+                    queuePriority: [.veryLow, .low, .normal, .high, .veryHigh][Int.random(in: 0..<5, using: &random)],
+                    qualityOfService: [.background, .utility, .default, .userInitiated][
+                        Int.random(in: 0..<4, using: &random)])
                 let work: @Sendable (TestOperation<Int>) -> Void = { operation in
                     if cancelledBeforeStart.value.contains(ObjectIdentifier(operation)) {
                         tally.fail("seed \(seed): work of an operation cancelled before it started ran")
@@ -150,10 +166,11 @@ final class StressTests: XCTestCase {
                     // An operation waiting on a dependency, perhaps cancelled while it waits.
                     let dependency = BlockOperation {}
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
                     operation!.addDependency(dependency)
                     keptAlive.mutate { $0 += [dependency, operation!] }
-                    handle = dependentManager.enqueue(operation: operation!)
+                    handle = dependentManager.enqueue(operation: operation!, timeout: timeout)
                     if shape < 2 {
                         cancelledBeforeStart.mutate { _ = $0.insert(ObjectIdentifier(operation!)) }
                         operation!.cancel()
@@ -166,25 +183,30 @@ final class StressTests: XCTestCase {
                     // Coalesced by hand before the manager sees it.
                     let rider = callers + caller
                     tally.expect(rider)
+                    riders.increment()
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
                     let riding = TestOperation<Int>(
-                        "\(identifier)", callBackQueue: callBackQueue, work: work,
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
                         completionHandler: { tally.record(caller: rider, identifier: identifier, result: $0) })
                     if !operation!.coalesce(operation: riding) {
                         tally.fail("seed \(seed): a fresh operation refused to absorb another by hand")
                     }
-                    handle = manager.enqueue(operation: operation!)
+                    handle = manager.enqueue(operation: operation!, timeout: timeout)
                 } else if shape < 53 {
                     operation = TestOperation(
-                        "\(identifier)", callBackQueue: callBackQueue, work: work, completionHandler: handler)
-                    handle = manager.enqueue(operation: operation!)
+                        "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
+                        completionHandler: handler)
+                    handle = manager.enqueue(operation: operation!, timeout: timeout)
                 } else {
                     operation = nil
                     handle = manager.enqueue(
-                        identifier: "\(identifier)", callBackQueue: callBackQueue,
-                        makeOperation: { TestOperation("\(identifier)", work: work) }, completionHandler: handler)
+                        identifier: "\(identifier)", callBackQueue: callBackQueue, priority: priority, timeout: timeout,
+                        makeOperation: { TestOperation("\(identifier)", policy: policy, work: work) },
+                        completionHandler: handler)
                 }
+                admissions.mutate { $0[handle.admission, default: 0] += 1 }
 
                 switch Int.random(in: 0..<10_000, using: &random) {
                 case 0..<5: manager.cancelAll()
@@ -192,7 +214,9 @@ final class StressTests: XCTestCase {
                 case 10..<800: handle.cancel()
                 case 800..<1200: (operation as Operation?)?.cancel() ?? handle.cancel()
                 case 1200..<1300: manager.cancel(identifier: "\(identifier)")
-                case 1300..<1800:
+                case 1300..<1400: manager.forget(identifier: "\(identifier)")
+                case 1400..<1500: handle.setPriority(priority)
+                case 1500..<2000:
                     pendingFinishes.enter()
                     DispatchQueue.global().async {
                         handle.cancel()
@@ -217,5 +241,55 @@ final class StressTests: XCTestCase {
         XCTAssertEqual(
             report.doubled.count, 0, "seed \(seed): doubled callbacks for callers \(report.doubled.prefix(10))")
         XCTAssertEqual(report.wrong, [], "seed \(seed)")
+
+        // Guarantees 21 and 22: the counts match what the callers saw, and the events the counts.
+        let statistics = [manager.statistics, dependentManager.statistics]
+        func total(_ count: (CoalescingStatistics) -> Int) -> Int { statistics.map(count).reduce(0, +) }
+        let admitted = admissions.value
+        XCTAssertEqual(admitted[.ignored, default: 0], 0, "seed \(seed)")
+        XCTAssertEqual(total(\.workInFlight), 0, "seed \(seed): \(statistics)")
+        XCTAssertEqual(total(\.workStarted), admitted[.startedWork, default: 0], "seed \(seed): \(statistics)")
+        XCTAssertEqual(total(\.callersJoined), admitted[.joinedWork, default: 0], "seed \(seed): \(statistics)")
+        XCTAssertEqual(
+            total(\.callersServed) + total(\.callersWithdrawn) + total(\.callersTimedOut),
+            callers + riders.current, "seed \(seed): every caller leaves once: \(statistics)")
+        let counted = events.counts
+        XCTAssertEqual(counted.started, total(\.workStarted), "seed \(seed)")
+        XCTAssertEqual(counted.joined, total(\.callersJoined), "seed \(seed)")
+        XCTAssertEqual(counted.withdrawn, total(\.callersWithdrawn), "seed \(seed)")
+        XCTAssertEqual(counted.timedOut, total(\.callersTimedOut), "seed \(seed)")
+        XCTAssertEqual(counted.ended, total(\.workEnded), "seed \(seed)")
+        XCTAssertEqual(counted.served, total(\.callersServed), "seed \(seed)")
+    }
+
+    /// Counts the observer's events by kind.
+    final class EventCounts: Sendable {
+        struct Counts {
+            var started = 0
+            var joined = 0
+            var withdrawn = 0
+            var timedOut = 0
+            var ended = 0
+            var served = 0
+        }
+
+        private let box = LockedBox(Counts())
+
+        var counts: Counts { box.value }
+
+        func count(_ event: CoalescingEvent<String>) {
+            box.mutate { counts in
+                switch event {
+                case .workStarted: counts.started += 1
+                case .callerJoined: counts.joined += 1
+                case .callerWithdrawn(_, .withdrawn): counts.withdrawn += 1
+                case .callerWithdrawn(_, .timedOut): counts.timedOut += 1
+                case .workEnded(_, _, let served, _):
+                    counts.ended += 1
+                    counts.served += served
+                case .priorityChanged, .workStalled: break
+                }
+            }
+        }
     }
 }

@@ -177,11 +177,11 @@ final class QuestionsDataManagerTests: XCTestCase {
         let manager = queueManager!
         let identifier = questions.url().absoluteString
         let deadline = ContinuousClock.now + .seconds(10)
-        while manager.waitingCallers(identifier: identifier, valueType: QuestionPage.self) < count,
+        while manager.callerCount(identifier: identifier, valueType: QuestionPage.self) < count,
             ContinuousClock.now < deadline
         {
             await Task.yield()
         }
-        XCTAssertEqual(manager.waitingCallers(identifier: identifier, valueType: QuestionPage.self), count)
+        XCTAssertEqual(manager.callerCount(identifier: identifier, valueType: QuestionPage.self), count)
     }
 }

@@ -73,7 +73,7 @@ final class UserDataManagerTests: XCTestCase {
 
         let callers = (0..<3).map { _ in Task { try await users.user() } }
         let deadline = ContinuousClock.now + .seconds(10)
-        while manager.waitingCallers(identifier: UserFetchOperation.identifier, valueType: User.self) < 3,
+        while manager.callerCount(identifier: UserFetchOperation.identifier, valueType: User.self) < 3,
             ContinuousClock.now < deadline
         {
             await Task.yield()

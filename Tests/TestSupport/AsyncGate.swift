@@ -11,6 +11,7 @@ public final class AsyncGate: @unchecked Sendable {
     /// Creates an empty one.
     public init() {}
 
+    /// Opens the gate for every waiter, present and future.
     public func open() {
         let waiting = lock.withLock {
             isOpen = true

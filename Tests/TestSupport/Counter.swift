@@ -9,8 +9,10 @@ public final class Counter: @unchecked Sendable {
     public init() {}
     private var value = 0
 
+    /// The count now.
     public var current: Int { lock.withLock { value } }
 
+    /// Adds one, and returns the new count.
     @discardableResult
     public func increment() -> Int {
         lock.withLock {

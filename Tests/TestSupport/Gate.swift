@@ -7,6 +7,7 @@ public final class Gate: Sendable {
     /// Creates an empty one.
     public init() {}
 
+    /// Opens the gate, releasing one waiter (each `open()` releases one `wait()`).
     public func open() {
         semaphore.signal()
     }

@@ -6,10 +6,15 @@ import XCTest
 /// each caller was called back exactly once, with what, and where.
 public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
     // @unchecked: `calls` is guarded by `lock`; `all` is a semaphore.
+    /// One callback: who was called, with what, on which queue and thread.
     public struct Call {
+        /// The caller's name.
         public let caller: String
+        /// What it received.
         public let result: Result<Value, Error>
+        /// The operation queue it ran on, if any.
         public let queue: OperationQueue?
+        /// The thread it ran on.
         public let thread: Thread
     }
 
@@ -38,6 +43,7 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
         return true
     }
 
+    /// Every callback so far, in order.
     public var all: [Call] { lock.withLock { calls } }
 
     /// Records `result` for an unnamed caller, for tests that only count and compare results.
@@ -58,12 +64,15 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
         }
     }
 
+    /// The callbacks `caller` received.
     public func calls(of caller: String) -> [Call] {
         all.filter { $0.caller == caller }
     }
 
     /// The one result `caller` received; fails the test if it received none or several.
-    public func onlyResult(of caller: String, file: StaticString = #filePath, line: UInt = #line) -> Result<Value, Error>? {
+    public func onlyResult(of caller: String, file: StaticString = #filePath, line: UInt = #line) -> Result<
+        Value, Error
+    >? {
         let calls = calls(of: caller)
         XCTAssertEqual(calls.count, 1, "\(caller) was called back \(calls.count) times", file: file, line: line)
         return calls.first?.result
@@ -82,6 +91,14 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
         guard let result = onlyResult(of: caller, file: file, line: line) else { return }
         guard case .failure(let error) = result, error as? ConcurrentOperationError == .cancelled else {
             return XCTFail("\(caller) got \(result), expected .cancelled", file: file, line: line)
+        }
+    }
+
+    /// Asserts that `caller` was called back once, with `CoalescingError.timedOut`.
+    public func assertTimedOut(_ caller: String, file: StaticString = #filePath, line: UInt = #line) {
+        guard let result = onlyResult(of: caller, file: file, line: line) else { return }
+        guard case .failure(let error) = result, error as? CoalescingError == .timedOut else {
+            return XCTFail("\(caller) got \(result), expected .timedOut", file: file, line: line)
         }
     }
 }

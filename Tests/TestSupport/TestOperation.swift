@@ -6,33 +6,42 @@ public final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked
     // @unchecked: adds only immutable properties to CoalescibleOperation.
     private let work: @Sendable (TestOperation<Value>) -> Void
     private let starts: Counter?
+    private let policy: AbandonedWorkPolicy
 
     /// - Parameters:
     ///   - identifier: The operation's identifier.
     ///   - callBackQueue: Where `completionHandler` runs.
     ///   - starts: Incremented each time any operation sharing it starts its work.
+    ///   - policy: What happens to the work when its last caller withdraws.
     ///   - work: Runs as `main()`; must end in `finish(result:)`, now or later.
     ///   - completionHandler: The operation's caller.
     public init(
         _ identifier: String = "work",
         callBackQueue: OperationQueue,
         starts: Counter? = nil,
+        policy: AbandonedWorkPolicy = .cancel,
         work: @escaping @Sendable (TestOperation<Value>) -> Void,
         completionHandler: @escaping (Result<Value, Error>) -> Void
     ) {
         self.work = work
         self.starts = starts
+        self.policy = policy
         super.init(identifier: identifier, callBackQueue: callBackQueue, completionHandler: completionHandler)
     }
 
     /// An operation with no caller of its own.
     public init(
-        _ identifier: String = "work", starts: Counter? = nil, work: @escaping @Sendable (TestOperation<Value>) -> Void
+        _ identifier: String = "work", starts: Counter? = nil, policy: AbandonedWorkPolicy = .cancel,
+        work: @escaping @Sendable (TestOperation<Value>) -> Void
     ) {
         self.work = work
         self.starts = starts
+        self.policy = policy
         super.init(identifier: identifier)
     }
+
+    /// The policy given at creation.
+    public override var abandonedWorkPolicy: AbandonedWorkPolicy { policy }
 
     public override func main() {
         starts?.increment()

@@ -57,3 +57,95 @@ extension QualityOfService {
         }
     }
 }
+
+/// The priority of work waiting on its queue: the operation's own, raised to the most urgent of
+/// its callers still waiting, and written to Foundation by one thread at a time.
+///
+/// Foundation's priority setters are not safe to call from two threads at once, and may post KVO,
+/// so they are called with no lock held, by whichever thread holds `isApplying`.
+@usableFromInline
+struct PriorityTracker {
+    /// What the app set on the operation itself: the floor.
+    private var own: OperationPriority
+    /// How many waiting callers ask for each level of each knob.
+    private var demands = Demands()
+    /// What was last written to Foundation.
+    private var applied: OperationPriority
+    private var isApplying: Bool
+
+    /// Tracks an operation whose priority is `own`; the thread that admits it applies changes
+    /// until it has added the operation to its queue.
+    init(own: OperationPriority) {
+        self.own = own
+        applied = own
+        isApplying = true
+    }
+
+    /// The priority the work should have now.
+    var target: OperationPriority {
+        demands.highest.map { own.raised(to: $0) } ?? own
+    }
+
+    /// Records a waiting caller's priority. Returns whether the calling thread must apply it.
+    @usableFromInline
+    mutating func demand(_ priority: OperationPriority) -> Bool {
+        demands.add(priority, count: 1)
+        return claimApplying()
+    }
+
+    /// Forgets a caller's priority when it withdraws. Returns whether the calling thread must apply.
+    mutating func release(_ priority: OperationPriority) -> Bool {
+        demands.add(priority, count: -1)
+        return claimApplying()
+    }
+
+    /// Changes the operation's own priority. Returns whether the calling thread must apply it.
+    mutating func setOwn(_ change: (inout OperationPriority) -> Void) -> Bool {
+        change(&own)
+        return claimApplying()
+    }
+
+    /// The next priority to write, or nil (and the right to apply released) when Foundation has it.
+    mutating func next() -> OperationPriority? {
+        let target = target
+        guard target != applied else {
+            isApplying = false
+            return nil
+        }
+        applied = target
+        return target
+    }
+
+    private mutating func claimApplying() -> Bool {
+        guard !isApplying, target != applied else { return false }
+        isApplying = true
+        return true
+    }
+
+    /// Counts of waiting callers per level of each knob, so that the most urgent one left is found
+    /// in constant time when a caller withdraws. Allocated when the first caller states a priority.
+    private struct Demands {
+        private static var queueLevels: [Operation.QueuePriority] { [.veryLow, .low, .normal, .high, .veryHigh] }
+        private static var serviceLevels: [QualityOfService] {
+            [.background, .utility, .default, .userInitiated, .userInteractive]
+        }
+        /// Five counts for `queuePriority`, then five for `qualityOfService`, least urgent first.
+        private var counts: [Int32] = []
+
+        mutating func add(_ priority: OperationPriority, count: Int32) {
+            if counts.isEmpty {
+                counts = Array(repeating: 0, count: 10)
+            }
+            counts[Self.queueLevels.firstIndex(of: priority.queuePriority) ?? 2] += count
+            counts[5 + priority.qualityOfService.urgency] += count
+        }
+
+        var highest: OperationPriority? {
+            guard !counts.isEmpty, let queue = (0..<5).last(where: { counts[$0] > 0 }),
+                let service = (5..<10).last(where: { counts[$0] > 0 })
+            else { return nil }
+            return OperationPriority(
+                queuePriority: Self.queueLevels[queue], qualityOfService: Self.serviceLevels[service - 5])
+        }
+    }
+}

@@ -42,6 +42,16 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
             + "withdrawn \(callersWithdrawn), timed out \(callersTimedOut); saved \(callersSaved)"
     }
 
+    @usableFromInline
+    mutating func recordStart() {
+        workStarted += 1
+    }
+
+    @usableFromInline
+    mutating func recordJoin() {
+        callersJoined += 1
+    }
+
     mutating func recordEnd(_ outcome: WorkOutcome, callersServed served: Int) {
         callersServed += served
         switch outcome {
@@ -68,6 +78,7 @@ public enum WorkOutcome: Sendable, Equatable {
     /// The work was cancelled, directly or because its last caller withdrew.
     case cancelled
 
+    @usableFromInline
     init<Value>(_ result: Result<Value, Error>) {
         switch result {
         case .success: self = .succeeded
@@ -122,6 +133,7 @@ public enum CoalescingEvent<Key: Hashable & Sendable>: Sendable {
 /// describe; drain after releasing it. Whichever thread finds nobody draining delivers everything
 /// pending, including what other threads record meanwhile, so an observer that calls back into the
 /// coalescer only adds to the queue it is being fed from, and never deadlocks.
+@usableFromInline
 final class EventChannel<Key: Hashable & Sendable>: Sendable {
     private struct Pending: Sendable {
         var events: [CoalescingEvent<Key>] = []
@@ -136,11 +148,13 @@ final class EventChannel<Key: Hashable & Sendable>: Sendable {
     }
 
     /// Queues `event`. Call it under the lock that guards the change it describes.
+    @usableFromInline
     func record(_ event: CoalescingEvent<Key>) {
         pending.withLock { $0.events.append(event) }
     }
 
     /// Delivers every queued event, unless another thread is already delivering them.
+    @usableFromInline
     func drain() {
         var batch = pending.withLock { pending -> [CoalescingEvent<Key>] in
             guard !pending.isDraining, !pending.events.isEmpty else { return [] }

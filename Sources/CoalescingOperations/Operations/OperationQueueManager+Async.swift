@@ -1,7 +1,7 @@
 import Foundation
 
 extension OperationQueueManager {
-    /// Enqueues `operation` as ``enqueue(operation:)`` does, and waits for the shared result.
+    /// Enqueues `operation` as ``enqueue(operation:timeout:)`` does, and waits for the shared result.
     ///
     /// The operation usually has no caller of its own (``CoalescibleOperation/init(identifier:)``);
     /// if it has a completion handler, that handler is called too. The result reaches this caller
@@ -17,18 +17,26 @@ extension OperationQueueManager {
     ///
     /// - Parameters:
     ///   - operation: A new operation.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
     ///   - isolation: The caller's actor, inferred; the result is returned there.
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled; or
+    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
     ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled (through
     ///   ``cancel(identifier:)``, ``cancelAll()`` or the operation's `cancel()`).
     public func value<Value: Sendable>(
         of operation: CoalescibleOperation<Value>,
+        timeout: Duration? = nil,
         isolation: isolated (any Actor)? = #isolation
     ) async throws -> Value {
-        try await awaitResult {
-            guard let slot = operation.subscribe(.handler($0, queue: nil)) else { return nil }
-            return CoalescingHandle(enqueue(operation: operation).admission, operation: operation, slot: slot)
+        try await awaitResult { handler in
+            let joined = operation.state.withLock { $0.join(.handler(handler, queue: nil), priority: nil) }
+            guard case .joined(let slot, _, _) = joined else { return nil }
+            let handle = CoalescingHandle(enqueue(operation: operation).admission, operation: operation, slot: slot)
+            if let timeout {
+                handle.withdraw(after: timeout)
+            }
+            return handle
         }
     }
 
@@ -38,8 +46,8 @@ extension OperationQueueManager {
     /// created while work is in flight.
     ///
     /// ```swift
-    /// let questions = try await manager.value(identifier: url.absoluteString) {
-    ///     QuestionsFetchOperation(url: url, session: session)
+    /// let user = try await manager.value(identifier: "user", priority: OperationPriority(queuePriority: .high)) {
+    ///     UserFetchOperation(service: service)
     /// }
     /// ```
     ///
@@ -47,20 +55,27 @@ extension OperationQueueManager {
     ///
     /// - Parameters:
     ///   - identifier: The identifier of the operations `makeOperation` builds.
+    ///   - priority: How urgent this caller is; see
+    ///     ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
     ///   - isolation: The caller's actor, inferred; the result is returned there.
     ///   - makeOperation: Builds the operation that runs the work; called at most once, and only
     ///     when no identical work is in flight.
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled; or
+    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
     ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled.
     public func value<Value: Sendable>(
         identifier: String,
+        priority: OperationPriority? = nil,
+        timeout: Duration? = nil,
         isolation: isolated (any Actor)? = #isolation,
         makeOperation: () -> CoalescibleOperation<Value>
     ) async throws -> Value {
         try await awaitResult { handler in
             enqueue(
-                identifier: identifier, callBackQueue: nil, makeOperation: makeOperation, completionHandler: handler)
+                identifier: identifier, callBackQueue: nil, priority: priority, timeout: timeout,
+                makeOperation: makeOperation, completionHandler: handler)
         }
     }
 
@@ -87,5 +102,41 @@ extension OperationQueueManager {
             throw CancellationError()
         }
         return try result.get()
+    }
+}
+
+/// Passes a task's cancellation to the caller it enqueued, whichever of the two happens first.
+///
+/// `withTaskCancellationHandler` may run its handler before, during or after the body registers
+/// the caller; the relay remembers an early cancellation and applies it on registration.
+private final class WithdrawalRelay<Value>: Sendable {
+    private enum State {
+        case waiting
+        case registered(CoalescingHandle<Value>)
+        case cancelled
+    }
+
+    private let state = LockedState(State.waiting)
+
+    /// Records the caller's handle; withdraws it at once if the task was already cancelled.
+    func register(_ handle: CoalescingHandle<Value>) {
+        let cancelled = state.withLock { state in
+            if case .cancelled = state { return true }
+            state = .registered(handle)
+            return false
+        }
+        if cancelled {
+            handle.cancel()
+        }
+    }
+
+    /// Withdraws the registered caller, or the one registered later.
+    func cancel() {
+        let handle: CoalescingHandle<Value>? = state.withLock { state in
+            defer { state = .cancelled }
+            if case .registered(let handle) = state { return handle }
+            return nil
+        }
+        handle?.cancel()
     }
 }
