@@ -43,8 +43,11 @@ public struct API: Sendable {
     public func exploreFeed() async throws -> Feed { Feed(titles: ["explore"]) }
 }
 
-/// Loads the data behind a URL, calling back once on any thread.
-public struct Loader: Sendable {
+/// Loads the data behind a URL (a thumbnail, an avatar), calling back once on any thread.
+public struct ThumbnailLoader: Sendable {
+    /// Creates a loader.
+    public init() {}
+
     /// Loads `url`.
     public func load(_ url: URL, completion: @escaping @Sendable (Result<Data, Error>) -> Void) {
         completion(.success(Data(url.absoluteString.utf8)))
@@ -54,7 +57,7 @@ public struct Loader: Sendable {
 /// The backend a sample calls.
 public let api = API()
 /// The URL loader a sample calls.
-public let loader = Loader()
+public let loader = ThumbnailLoader()
 /// The user service a sample hands to `UserFetchOperation`.
 public let service = UserService { $0(.success(User(id: 1, name: "Ada", email: "ada@example.com"))) }
 /// The manager a sample enqueues on, shared by the whole app.

@@ -20,6 +20,7 @@ final class LaunchScript: Sendable {
     private let latency: Duration
     private let timeline: Timeline
     private let tally = Tally()
+    private let coalescers = Coalescers()
     /// The embedded server, unless `--base-url` points elsewhere.
     private let server: FixtureHTTPServer?
     private let baseURL: URL
@@ -45,7 +46,7 @@ final class LaunchScript: Sendable {
         session = URLSession(configuration: configuration)
         callbacks.name = "demo callbacks"
         callbacks.maxConcurrentOperationCount = 1
-        sharedManager = OperationQueueManager(queue: workQueue)
+        sharedManager = coalescers.makeManager(queue: workQueue)
 
         let tally = self.tally
         let latency = options.latency
@@ -123,8 +124,9 @@ final class LaunchScript: Sendable {
         // The next screen needs page 2: the prefetch has it.
         await showNextScreen()
 
+        await coalescers.eventsDelivered()
         let summary = LaunchSummary(
-            coalescing: coalescing, tally: tally, serverRequestCount: server?.requestCount,
+            coalescing: coalescing, coalescers: coalescers, tally: tally, serverRequestCount: server?.requestCount,
             wallTime: timeline.elapsed)
         server?.stop()
         session.invalidateAndCancel()
@@ -135,7 +137,7 @@ final class LaunchScript: Sendable {
 
     /// One manager for everyone when coalescing; without, each caller gets a manager of its own.
     private func queueManager() -> OperationQueueManager {
-        coalescing ? sharedManager : OperationQueueManager(queue: workQueue)
+        coalescing ? sharedManager : coalescers.makeManager(queue: workQueue)
     }
 
     private func questions() -> QuestionsDataManager {
@@ -177,15 +179,23 @@ final class LaunchScript: Sendable {
     }
 
     private func showNextScreen() async {
-        let requestsBefore = tally.requestsSent.count
-        timeline.log("next screen", "asks for page 2")
+        let caller = "next screen"
+        timeline.log(caller, "asks for page 2")
         // Without coalescing, nothing is shared: the next screen has its own prefetcher, empty.
         let prefetcher = coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
+        let tally = self.tally
         let result = await Result {
-            try await prefetcher.deduplicated(key: 2) { try await self.questions().questions(page: 2) }
+            try await prefetcher.deduplicated(key: 2) {
+                tally.startedWork(caller)
+                return try await self.questions().questions(page: 2)
+            }
         }
-        let source = tally.requestsSent.count == requestsBefore ? " (from the prefetch, no request)" : ""
-        served("next screen", request: questionsRequest(page: 2), result.map { "\($0.items.count) questions\(source)" })
+        let fromPrefetch = !tally.hasStartedWork(caller)
+        if fromPrefetch, case .success = result {
+            tally.servedFromPrefetch(caller)
+        }
+        let source = fromPrefetch ? " (from the prefetch, no request)" : ""
+        served(caller, request: questionsRequest(page: 2), result.map { "\($0.items.count) questions\(source)" })
     }
 
     private func served(

@@ -2,18 +2,25 @@ import Foundation
 
 /// The figures of one launch: the one place the summary's numbers come from.
 ///
-/// The counts of callers come from the demo's own tally for now; when the library's
-/// `OperationQueueManager.statistics` is available, they are to come from there, here.
+/// The callers and the work are counted by the library: the managers' `statistics`, and their
+/// events for how the work each caller was handed ended. The demo adds what only it knows: the
+/// callers the prefetcher served from a stored result (until `PrefetchableTaskCoalescer` has
+/// statistics of its own), the requests the server counted, the time, and which request failed why.
 struct LaunchSummary {
     var coalescing: Bool
     var served = 0
     var failed = 0
     var cancelled = 0
+    /// Work the managers ran: each a request, unless it failed before sending one.
+    var workRun = 0
     /// Requests as the server counted them, or as the demo sent them when the server is not ours.
     var requestsSent = 0
     var requestsCountedByServer: Bool
     /// What the demo sent, by request, e.g. `1 × GET /users/42`.
     var requestsByKind: [(count: Int, request: String)] = []
+    /// Runs of the work that callers were spared, because they joined work in flight or took a
+    /// prefetched result.
+    var requestsSaved = 0
     var wallTime: Duration
     /// One line per failed caller: who, which request, and why.
     var failures: [String] = []
@@ -21,18 +28,22 @@ struct LaunchSummary {
     var medianResponseTime: Duration?
 
     var callers: Int { served + failed + cancelled }
-    /// Requests that callers did not have to send, because they joined one in flight.
-    var requestsSaved: Int { callers - requestsSent }
 
-    init(coalescing: Bool, tally: Tally, serverRequestCount: Int?, wallTime: Duration) {
+    init(
+        coalescing: Bool, coalescers: Coalescers, tally: Tally, serverRequestCount: Int?, wallTime: Duration
+    ) {
         self.coalescing = coalescing
         self.wallTime = wallTime
+        let statistics = coalescers.statistics
+        let fromPrefetch = tally.servedFromPrefetch
+        served = coalescers.callersServed(.succeeded) + fromPrefetch
+        failed = coalescers.callersServed(.failed)
+        cancelled = coalescers.callersServed(.cancelled) + statistics.callersWithdrawn + statistics.callersTimedOut
+        workRun = statistics.workStarted
+        requestsSaved = statistics.callersSaved + fromPrefetch
+
         for (caller, request, outcome) in tally.callerOutcomes {
-            switch outcome {
-            case .served: served += 1
-            case .cancelled: cancelled += 1
-            case .failed(let reason, _):
-                failed += 1
+            if case .failed(let reason, _) = outcome {
                 failures.append("\(caller): \(request): \(reason)")
             }
         }
@@ -54,6 +65,7 @@ struct LaunchSummary {
               callers served      \(served)
               callers failed      \(failed)
               callers cancelled   \(cancelled)
+              work run            \(workRun)
               requests sent       \(requestsSent)  (\(counted))
             \(requestsByKind.map { "      \($0.count) × \($0.request)" }.joined(separator: "\n"))
               requests saved      \(requestsSaved)
@@ -71,6 +83,7 @@ struct LaunchSummary {
             row("callers served", "\(on.served)", "\(off.served)"),
             row("callers failed", "\(on.failed)", "\(off.failed)"),
             row("callers cancelled", "\(on.cancelled)", "\(off.cancelled)"),
+            row("work run", "\(on.workRun)", "\(off.workRun)"),
             row("requests sent", "\(on.requestsSent)", "\(off.requestsSent)"),
             row("requests saved", "\(on.requestsSaved)", "\(off.requestsSaved)"),
             row("wall time", milliseconds(on.wallTime), milliseconds(off.wallTime)),

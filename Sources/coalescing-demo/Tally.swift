@@ -1,6 +1,7 @@
 import Foundation
 
-/// What the demo saw: each caller's outcome, the requests it sent, and how long requests took.
+/// What only the demo can know: which request each caller made and why it failed, the requests
+/// it sent, and how long they took. The counts of callers and work come from the library.
 final class Tally: @unchecked Sendable {
     // @unchecked: every property is guarded by `lock`.
     private let lock = NSLock()
@@ -8,6 +9,7 @@ final class Tally: @unchecked Sendable {
     private var requests: [String] = []
     private var started: Set<String> = []
     private var waits: [String: Duration] = [:]
+    private var prefetchConsumers = 0
 
     /// A caller's outcome, and how long it waited for it.
     func record(_ caller: String, request: String, _ outcome: CallerOutcome, after elapsed: Duration?) {
@@ -18,6 +20,11 @@ final class Tally: @unchecked Sendable {
             case .failed, .cancelled: break
             }
         }
+    }
+
+    /// A caller served by the prefetcher from a stored result, without work of its own.
+    func servedFromPrefetch(_ caller: String) {
+        lock.withLock { prefetchConsumers += 1 }
     }
 
     /// A caller that started work rather than joining it.
@@ -31,6 +38,8 @@ final class Tally: @unchecked Sendable {
 
     var callerOutcomes: [(caller: String, request: String, outcome: CallerOutcome)] { lock.withLock { outcomes } }
     var requestsSent: [String] { lock.withLock { requests } }
+    func hasStartedWork(_ caller: String) -> Bool { lock.withLock { started.contains(caller) } }
+    var servedFromPrefetch: Int { lock.withLock { prefetchConsumers } }
     /// How long each answered request took: the waits of the callers that started work.
     var responseDurations: [Duration] { lock.withLock { started.compactMap { waits[$0] } } }
 }
