@@ -31,6 +31,8 @@ let package = Package(
             name: "ExamplesTests", dependencies: ["Examples", "FixtureHTTPServer", "CoalescingOperations", "TestSupport"]
         ),
         .testTarget(name: "FixtureHTTPServerTests", dependencies: ["FixtureHTTPServer", "TestSupport"]),
+        // Runs the built demo as a user would; the dependency makes `swift test` build it.
+        .testTarget(name: "DemoTests", dependencies: ["coalescing-demo", "FixtureHTTPServer"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 
+// Apple platforms: the socket calls come from Darwin; Linux: from Glibc.
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)

@@ -1,3 +1,4 @@
+// Apple platforms: the socket calls come from Darwin; Linux: from Glibc.
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)

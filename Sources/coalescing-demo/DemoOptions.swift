@@ -6,16 +6,26 @@ struct DemoOptions {
     var baseURL: URL?
     /// Runs the same script with every caller on its own manager, for comparison.
     var coalescing = true
+    /// Runs the script twice, with and without coalescing, and prints the two side by side.
+    var compare = false
+    /// How long the embedded server (or, with `--base-url`, the in-process user service) takes to
+    /// answer: what decides whether callers overlap, and so what coalescing can save.
+    var latency: Duration = .milliseconds(250)
 
     static let usage = """
-        usage: coalescing-demo [--no-coalescing] [--base-url URL]
+        usage: coalescing-demo [--latency MS] [--no-coalescing | --compare] [--base-url URL]
 
         Plays an app launch against a local HTTP server and shows what coalescing saves.
 
-          --no-coalescing   run the same script without coalescing, for comparison
+          --latency MS      the embedded server answers each request after MS milliseconds
+                            (default 250); with --base-url, the in-process user service does
+          --no-coalescing   run the same launch without coalescing
+          --compare         run the launch with and without coalescing, and print both side by side
           --base-url URL    send the question requests to URL (e.g. https://api.stackexchange.com)
                             instead of the embedded server; the user is then served in-process
           -h, --help        show this help
+
+        Exits with status 1 if any caller failed, printing one line per failure to standard error.
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -29,6 +39,15 @@ struct DemoOptions {
             switch argument {
             case "--no-coalescing":
                 coalescing = false
+            case "--compare":
+                compare = true
+            case "--latency":
+                guard let value = remaining.popFirst(), let milliseconds = Int(value),
+                    (0...60_000).contains(milliseconds)
+                else {
+                    throw UsageError(description: "--latency needs a number of milliseconds from 0 to 60000")
+                }
+                latency = .milliseconds(milliseconds)
             case "--base-url":
                 guard let value = remaining.popFirst() else { throw UsageError(description: "--base-url needs a URL") }
                 guard let url = URL(string: value), url.scheme == "http" || url.scheme == "https", url.host != nil
@@ -41,6 +60,9 @@ struct DemoOptions {
             default:
                 throw UsageError(description: "unknown option '\(argument)'")
             }
+        }
+        if compare && !coalescing {
+            throw UsageError(description: "--compare runs both ways; leave out --no-coalescing")
         }
     }
 }

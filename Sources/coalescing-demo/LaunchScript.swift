@@ -3,6 +3,7 @@ import Examples
 import FixtureHTTPServer
 import Foundation
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -11,49 +12,65 @@ import FoundationNetworking
 final class LaunchScript: Sendable {
     private typealias Fixtures = FixtureHTTPServer.Fixtures
 
-    private let options: DemoOptions
-    private let timeline = Timeline()
+    /// The time between the question list's callers: a request that answers faster than this is
+    /// over before the next caller asks, and nothing is left to join.
+    static let callerSpacing: Duration = .milliseconds(40)
+
+    private let coalescing: Bool
+    private let latency: Duration
+    private let timeline: Timeline
     private let tally = Tally()
+    private let coalescers = Coalescers()
     /// The embedded server, unless `--base-url` points elsewhere.
     private let server: FixtureHTTPServer?
     private let baseURL: URL
+    /// The user request as the failure lines name it.
+    private let userRequest: String
     private let session: URLSession
     private let userService: UserService
     /// Where every caller is called back: a queue of our own, never `.main`, which a
-    /// command-line program does not service.
+    /// command-line program does not service while it waits.
     private let callbacks = OperationQueue()
     private let workQueue = OperationQueue()
     private let sharedManager: OperationQueueManager
     private let sharedPrefetcher = PrefetchableTaskCoalescer<Int, QuestionPage>(prefetchTimeout: .seconds(30))
 
-    init(options: DemoOptions) throws {
-        self.options = options
+    /// Creates the launch; with `quiet`, it prints no timeline.
+    init(options: DemoOptions, coalescing: Bool, quiet: Bool = false) throws {
+        self.coalescing = coalescing
+        latency = options.latency
+        timeline = Timeline(quiet: quiet)
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
+        configuration.timeoutIntervalForRequest = 30
         session = URLSession(configuration: configuration)
         callbacks.name = "demo callbacks"
         callbacks.maxConcurrentOperationCount = 1
-        sharedManager = OperationQueueManager(queue: workQueue)
+        sharedManager = coalescers.makeManager(queue: workQueue)
 
         let tally = self.tally
+        let latency = options.latency
         if let baseURL = options.baseURL {
             server = nil
             self.baseURL = baseURL
+            userRequest = "user (served in-process)"
             // A real API has no such user endpoint: serve the user in-process, as slowly as a network.
             userService = UserService { completion in
                 tally.requestSent("user, in-process")
-                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(250)) {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(latency / .nanoseconds(1)))) {
                     completion(.success(User(id: 42, name: "Ada Lovelace", email: "ada@example.com")))
                 }
             }
         } else {
             let server = try FixtureHTTPServer(routes: [
-                Fixtures.userPath: .json(Fixtures.user).delayed(by: .milliseconds(250)),
-                Fixtures.questionsPath: .json(Fixtures.questionsPage).delayed(by: .milliseconds(300)),
+                Fixtures.userPath: .json(Fixtures.user).delayed(by: latency),
+                Fixtures.questionsPath: .json(Fixtures.questionsPage).delayed(by: latency),
             ])
             self.server = server
             baseURL = server.baseURL
-            let http = UserService.http(url: server.url(for: Fixtures.userPath), session: session)
+            let userURL = server.url(for: Fixtures.userPath)
+            userRequest = "GET \(userURL.absoluteString)"
+            let http = UserService.http(url: userURL, session: session)
             userService = UserService { completion in
                 tally.requestSent("GET \(Fixtures.userPath)")
                 http.load(completion)
@@ -61,12 +78,15 @@ final class LaunchScript: Sendable {
         }
     }
 
-    /// Plays the launch and prints the timeline and the summary.
-    func run() async {
+    /// Plays the launch, prints its timeline, and returns its figures.
+    func run() async -> LaunchSummary {
+        let where_ =
+            server == nil
+            ? "\(baseURL.absoluteString) (--base-url; the user is served in-process after \(milliseconds(latency)))"
+            : "the embedded server at \(baseURL.absoluteString), which answers every request after \(milliseconds(latency))"
         timeline.note(
             """
-            coalescing-demo: an app launch against \(baseURL.absoluteString) \
-            (\(server == nil ? "--base-url" : "embedded server")), coalescing \(options.coalescing ? "on" : "off")
+            coalescing-demo: an app launch against \(where_); coalescing \(coalescing ? "on" : "off")
 
                  time  caller                            what happened
             """)
@@ -78,7 +98,7 @@ final class LaunchScript: Sendable {
             let result = await Result {
                 try await sharedPrefetcher.prefetch(key: 2) { try await self.questions().questions(page: 2) }
             }
-            served("splash screen", result.map { "page 2 is stored for the next screen" })
+            served("splash screen", request: questionsRequest(page: 2), result.map { _ in "page 2 is stored" })
         }
 
         // Three parts of the app fetch the user at once.
@@ -92,7 +112,7 @@ final class LaunchScript: Sendable {
             "question list", "question list (scrolled)", "question list (tab re-selected)", "question list (rotated)",
         ] {
             fetchQuestions(caller, group: everyoneServed)
-            try? await Task.sleep(for: .milliseconds(40))
+            try? await Task.sleep(for: Self.callerSpacing)
         }
         fetchQuestions("pull to refresh", group: everyoneServed)
 
@@ -104,16 +124,20 @@ final class LaunchScript: Sendable {
         // The next screen needs page 2: the prefetch has it.
         await showNextScreen()
 
-        printSummary()
+        await coalescers.eventsDelivered()
+        let summary = LaunchSummary(
+            coalescing: coalescing, coalescers: coalescers, tally: tally, serverRequestCount: server?.requestCount,
+            wallTime: timeline.elapsed)
         server?.stop()
         session.invalidateAndCancel()
+        return summary
     }
 
     // MARK: Callers
 
     /// One manager for everyone when coalescing; without, each caller gets a manager of its own.
     private func queueManager() -> OperationQueueManager {
-        options.coalescing ? sharedManager : OperationQueueManager(queue: workQueue)
+        coalescing ? sharedManager : coalescers.makeManager(queue: workQueue)
     }
 
     private func questions() -> QuestionsDataManager {
@@ -123,65 +147,67 @@ final class LaunchScript: Sendable {
         }
     }
 
+    private func questionsRequest(page: Int) -> String {
+        "GET \(questions().url(page: page).absoluteString)"
+    }
+
     private func fetchUser(_ caller: String, group: DispatchGroup) {
         group.enter()
         let users = UserDataManager(queueManager: queueManager(), service: userService)
+        let asked = ContinuousClock.now
         let handle = users.fetchUser(callBackQueue: callbacks) { result in
-            self.served(caller, result.map(\.name))
+            self.served(caller, request: self.userRequest, result.map(\.name), after: ContinuousClock.now - asked)
             group.leave()
         }
-        timeline.log(caller, handle.admission == .joinedWork ? "joins the user fetch in flight" : "starts a user fetch")
+        let started = handle.admission != .joinedWork
+        if started { tally.startedWork(caller) }
+        timeline.log(caller, started ? "starts a user fetch" : "joins the user fetch in flight")
     }
 
     private func fetchQuestions(_ caller: String, group: DispatchGroup) {
         group.enter()
+        let asked = ContinuousClock.now
         let handle = questions().fetchQuestions(callBackQueue: callbacks) { result in
-            self.served(caller, result.map { "\($0.items.count) questions" })
+            let description = result.map { "\($0.items.count) questions" }
+            self.served(
+                caller, request: self.questionsRequest(page: 1), description, after: ContinuousClock.now - asked)
             group.leave()
         }
-        timeline.log(caller, handle.admission == .joinedWork ? "joins the request in flight" : "starts a request")
+        let started = handle.admission != .joinedWork
+        if started { tally.startedWork(caller) }
+        timeline.log(caller, started ? "starts a request" : "joins the request in flight")
     }
 
     private func showNextScreen() async {
-        let requestsBefore = tally.requestsSent.count
-        timeline.log("next screen", "asks for page 2")
+        let caller = "next screen"
+        timeline.log(caller, "asks for page 2")
         // Without coalescing, nothing is shared: the next screen has its own prefetcher, empty.
-        let prefetcher =
-            options.coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
+        let prefetcher = coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
+        let tally = self.tally
         let result = await Result {
-            try await prefetcher.deduplicated(key: 2) { try await self.questions().questions(page: 2) }
+            try await prefetcher.deduplicated(key: 2) {
+                tally.startedWork(caller)
+                return try await self.questions().questions(page: 2)
+            }
         }
-        let source = tally.requestsSent.count == requestsBefore ? " (from the prefetch, no request)" : ""
-        served("next screen", result.map { "\($0.items.count) questions\(source)" })
+        let fromPrefetch = !tally.hasStartedWork(caller)
+        if fromPrefetch, case .success = result {
+            tally.servedFromPrefetch(caller)
+        }
+        let source = fromPrefetch ? " (from the prefetch, no request)" : ""
+        served(caller, request: questionsRequest(page: 2), result.map { "\($0.items.count) questions\(source)" })
     }
 
-    private func served(_ caller: String, _ result: Result<String, Error>) {
-        tally.callerServed()
-        switch result {
-        case .success(let description): timeline.log(caller, "served: \(description)")
-        case .failure(let error): timeline.log(caller, "failed: \(error)")
+    private func served(
+        _ caller: String, request: String, _ result: Result<String, Error>, after elapsed: Duration? = nil
+    ) {
+        let outcome = CallerOutcome(result)
+        tally.record(caller, request: request, outcome, after: elapsed)
+        switch (result, outcome) {
+        case (.success(let description), _): timeline.log(caller, "served: \(description)")
+        case (_, .failed(let reason, _)): timeline.log(caller, "failed: \(reason)")
+        default: timeline.log(caller, "cancelled")
         }
-    }
-
-    // MARK: Summary
-
-    private func printSummary() {
-        let requests = tally.requestsSent
-        let served = tally.callersServed
-        var byRequest: [String: Int] = [:]
-        requests.forEach { byRequest[$0, default: 0] += 1 }
-        let lines = byRequest.sorted { $0.key < $1.key }.map { "      \($0.value) × \($0.key)" }
-        let serverCount = server.map { "  (the server counted \($0.requestCount))" } ?? ""
-        timeline.note(
-            """
-
-            Summary, coalescing \(options.coalescing ? "on" : "off")
-              callers served   \(served)
-              requests sent    \(requests.count)\(serverCount)
-            \(lines.joined(separator: "\n"))
-              requests saved   \(served - requests.count)
-            \(options.coalescing ? "Run with --no-coalescing to compare." : "Run without --no-coalescing to compare.")
-            """)
     }
 }
 

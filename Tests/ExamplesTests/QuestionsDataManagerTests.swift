@@ -6,6 +6,7 @@ import XCTest
 
 @testable import CoalescingOperations
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -83,6 +84,7 @@ final class QuestionsDataManagerTests: XCTestCase {
             (.status(500), .invalidStatusCode(500)),
             (.emptyBody, .missingData),
             (.malformedJSON, .serialization),
+            (.json(#"{"has_more":false}"#), .unexpectedJSON("the top level has no key 'items'")),
         ]
         for (response, expected) in cases {
             server.setRoute(Fixtures.questionsPath, response)
@@ -93,6 +95,19 @@ final class QuestionsDataManagerTests: XCTestCase {
             XCTAssertTrue(results.waitForCalls(1))
             XCTAssertEqual(results.errors.first as? NetworkingError, expected, "for \(response.statusCode)")
         }
+    }
+
+    func testAValueOfTheWrongTypeIsNamedByItsPath() {
+        server.setRoute(Fixtures.questionsPath, .json(#"{"items":[{"question_id":"one"}],"has_more":false}"#))
+        let results = ResultRecorder<QuestionPage>()
+
+        questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
+
+        XCTAssertTrue(results.waitForCalls(1))
+        guard case .unexpectedJSON(let problem) = results.errors.first as? NetworkingError else {
+            return XCTFail("expected unexpectedJSON, got \(results.errors)")
+        }
+        XCTAssertTrue(problem.hasPrefix("items[0].question_id is not Int"), problem)
     }
 
     func testAnUnreachableServerFailsWithTheTransportError() {

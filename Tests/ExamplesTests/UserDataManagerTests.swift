@@ -6,6 +6,7 @@ import XCTest
 
 @testable import CoalescingOperations
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -4,6 +4,7 @@ import Foundation
 import TestSupport
 import XCTest
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -1,5 +1,6 @@
 import Foundation
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import TestSupport
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

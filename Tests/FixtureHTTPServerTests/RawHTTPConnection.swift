@@ -1,3 +1,4 @@
+// Apple platforms: the socket calls come from Darwin; Linux: from Glibc.
 #if canImport(Darwin)
 import Darwin
 #elseif canImport(Glibc)
@@ -72,6 +73,7 @@ final class RawHTTPConnection {
     }
 }
 
+// Apple platforms: send(2) from Darwin; Linux: from Glibc.
 #if canImport(Darwin)
 private let sendBytes = Darwin.send
 #else

@@ -1,5 +1,6 @@
 import Foundation
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -24,6 +25,8 @@ enum HTTPResponseDecoder {
         }
         do {
             return .success(try JSONDecoder().decode(Value.self, from: data))
+        } catch let error as DecodingError {
+            return .failure(NetworkingError(error))
         } catch {
             return .failure(NetworkingError.serialization)
         }

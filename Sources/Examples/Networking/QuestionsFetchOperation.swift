@@ -1,6 +1,7 @@
 import CoalescingOperations
 import Foundation
 
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

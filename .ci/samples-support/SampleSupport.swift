@@ -1,0 +1,72 @@
+// What the documentation's samples name without declaring, so that each sample can stay short.
+// `.ci/samples` compiles every sample against this module. Only the app's own pieces live here
+// (a backend, its models, the values a sample is handed); everything the library provides, and
+// the one `UserFetchOperation`, come from the real modules this module re-exports.
+
+@_exported import CoalescingOperations
+@_exported import Examples
+@_exported import FixtureHTTPServer
+@_exported import Foundation
+
+// Linux only: URLSession lives in FoundationNetworking there, in Foundation on Apple platforms.
+#if canImport(FoundationNetworking)
+@_exported import FoundationNetworking
+#endif
+
+/// A profile, as the samples' backend returns it.
+public struct Profile: Sendable {
+    /// The profile's identifier.
+    public let id: String
+}
+
+/// A feed of posts.
+public struct Feed: Sendable {
+    /// The posts' titles.
+    public let titles: [String]
+}
+
+/// Which feed a prefetch or a screen asks for.
+public enum FeedKey: Hashable, Sendable {
+    /// The explore tab's feed.
+    case explore
+    /// The home tab's feed.
+    case home
+}
+
+/// The samples' backend: async calls that return at once.
+public struct API: Sendable {
+    /// Fetches a profile.
+    public func fetchProfile(id: String) async throws -> Profile { Profile(id: id) }
+    /// Fetches the home feed.
+    public func feed() async throws -> Feed { Feed(titles: ["home"]) }
+    /// Fetches the explore feed.
+    public func exploreFeed() async throws -> Feed { Feed(titles: ["explore"]) }
+}
+
+/// Loads the data behind a URL (a thumbnail, an avatar), calling back once on any thread.
+public struct ThumbnailLoader: Sendable {
+    /// Creates a loader.
+    public init() {}
+
+    /// Loads `url`.
+    public func load(_ url: URL, completion: @escaping @Sendable (Result<Data, Error>) -> Void) {
+        completion(.success(Data(url.absoluteString.utf8)))
+    }
+}
+
+/// The backend a sample calls.
+public let api = API()
+/// The URL loader a sample calls.
+public let loader = ThumbnailLoader()
+/// The user service a sample hands to `UserFetchOperation`.
+public let service = UserService { $0(.success(User(id: 1, name: "Ada", email: "ada@example.com"))) }
+/// The manager a sample enqueues on, shared by the whole app.
+public let manager = OperationQueueManager()
+/// The queue a sample is called back on.
+public let queue = OperationQueue()
+/// The coalescer a sample fetches the feed through.
+public let coalescer = InFlightTaskCoalescer<String, Feed>()
+/// The URL a sample requests.
+public let url = URL(string: "http://127.0.0.1:8080/2.3/questions?page=1&site=stackoverflow")!
+/// The session a sample requests through.
+public let session = URLSession(configuration: .ephemeral)

@@ -1,0 +1,65 @@
+import CoalescingOperations
+import Foundation
+
+/// Every manager the launch creates, and what the library reports about them: the figures of the
+/// summary come from here, not from the demo's own counting.
+final class Coalescers: @unchecked Sendable {
+    // @unchecked: every property is guarded by `lock`.
+    private let lock = NSLock()
+    private var managers: [OperationQueueManager] = []
+    private var servedByOutcome: [WorkOutcome: Int] = [:]
+
+    /// A new manager on `queue`, whose statistics and events count towards the summary.
+    func makeManager(queue: OperationQueue) -> OperationQueueManager {
+        // The events say how the work each caller was handed ended; the statistics count the
+        // rest. The observer only adds to a dictionary, as quick as an observer must be.
+        let manager = OperationQueueManager(queue: queue) { [weak self] event in
+            if case .workEnded(_, let outcome, let callersServed, _) = event {
+                self?.lock.withLock { self?.servedByOutcome[outcome, default: 0] += callersServed }
+            }
+        }
+        lock.withLock { managers.append(manager) }
+        return manager
+    }
+
+    /// The statistics of every manager, added up: without coalescing, each caller has its own.
+    var statistics: Totals {
+        lock.withLock { managers }.reduce(into: Totals()) { totals, manager in totals.add(manager.statistics) }
+    }
+
+    /// Returns once every ended work's event has reached the observer. Statistics are counted
+    /// before callers are called back, but an event can still be on its way then, delivered by
+    /// another thread that was already delivering events of the same manager.
+    func eventsDelivered() async {
+        let deadline = ContinuousClock.now + .seconds(1)
+        while lock.withLock({ servedByOutcome.values.reduce(0, +) }) < statistics.callersServed,
+            ContinuousClock.now < deadline
+        {
+            await Task.yield()
+        }
+    }
+
+    /// Callers handed the outcome of work that ended so.
+    func callersServed(_ outcome: WorkOutcome) -> Int {
+        lock.withLock { servedByOutcome[outcome, default: 0] }
+    }
+
+    /// The fields of `CoalescingStatistics` that the summary needs, added up over managers.
+    struct Totals {
+        var workStarted = 0
+        var callersJoined = 0
+        var callersWithdrawn = 0
+        var callersTimedOut = 0
+        var callersServed = 0
+        var callersSaved = 0
+
+        mutating func add(_ statistics: CoalescingStatistics) {
+            workStarted += statistics.workStarted
+            callersJoined += statistics.callersJoined
+            callersWithdrawn += statistics.callersWithdrawn
+            callersTimedOut += statistics.callersTimedOut
+            callersServed += statistics.callersServed
+            callersSaved += statistics.callersSaved
+        }
+    }
+}
