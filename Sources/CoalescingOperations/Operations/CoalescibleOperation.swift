@@ -8,18 +8,19 @@ import Foundation
 /// folds every further operation with the same identifier and `Value` type into it.
 ///
 /// ```swift
-/// final class UserFetchOperation: CoalescibleOperation<User>, @unchecked Sendable {
-///     // @unchecked: adds only an immutable service to CoalescibleOperation's locked state.
-///     let service: UserService
+/// final class AvatarFetchOperation: CoalescibleOperation<Data>, @unchecked Sendable {
+///     // @unchecked: adds only immutable properties to CoalescibleOperation's locked state.
+///     let url: URL
+///     let loader: ThumbnailLoader
 ///
-///     init(service: UserService, callBackQueue: OperationQueue = .main,
-///          completionHandler: @escaping (Result<User, Error>) -> Void) {
-///         self.service = service
-///         super.init(identifier: "user", callBackQueue: callBackQueue, completionHandler: completionHandler)
+///     init(url: URL, loader: ThumbnailLoader, completionHandler: @escaping (Result<Data, Error>) -> Void) {
+///         self.url = url
+///         self.loader = loader
+///         super.init(identifier: url.absoluteString, callBackQueue: .main, completionHandler: completionHandler)
 ///     }
 ///
 ///     override func main() {
-///         service.load { self.finish(result: $0) }
+///         loader.load(url) { self.finish(result: $0) }
 ///     }
 /// }
 /// ```

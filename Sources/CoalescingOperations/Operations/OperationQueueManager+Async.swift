@@ -42,7 +42,7 @@ extension OperationQueueManager {
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
     /// the shared result. The async form of
-    /// ``enqueue(identifier:callBackQueue:makeOperation:completionHandler:)``: no operation is
+    /// ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``: no operation is
     /// created while work is in flight.
     ///
     /// ```swift
