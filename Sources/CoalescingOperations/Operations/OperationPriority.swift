@@ -7,10 +7,23 @@ import Foundation
 /// `queuePriority` and `qualityOfService`, or with the `priority:` argument of the methods that
 /// join with a handler alone.
 public struct OperationPriority: Hashable, Sendable {
+    // Raw values, not Foundation's enums: those are resilient where Foundation is built for
+    // library evolution (Linux today), and one resilient field makes every copy of the states that
+    // hold a priority go through value witnesses: +250 ns per join (BENCHMARKS.md).
+    @usableFromInline var queueLevel: Int
+    @usableFromInline var serviceLevel: Int
+
     /// The operation's place among the operations waiting on its queue.
-    public var queuePriority: Operation.QueuePriority
+    public var queuePriority: Operation.QueuePriority {
+        get { Operation.QueuePriority(rawValue: queueLevel) ?? .normal }
+        set { queueLevel = newValue.rawValue }
+    }
+
     /// The class of the thread the operation runs on.
-    public var qualityOfService: QualityOfService
+    public var qualityOfService: QualityOfService {
+        get { QualityOfService(rawValue: serviceLevel) ?? .default }
+        set { serviceLevel = newValue.rawValue }
+    }
 
     /// Creates a priority from its two knobs.
     ///
@@ -18,15 +31,14 @@ public struct OperationPriority: Hashable, Sendable {
     ///   - queuePriority: The place among waiting operations. Defaults to `.normal`.
     ///   - qualityOfService: The thread's class. Defaults to `.default`.
     public init(queuePriority: Operation.QueuePriority = .normal, qualityOfService: QualityOfService = .default) {
-        self.queuePriority = queuePriority
-        self.qualityOfService = qualityOfService
+        queueLevel = queuePriority.rawValue
+        serviceLevel = qualityOfService.rawValue
     }
 
     /// Reads an operation's current priority: its two getters, which a subclass may override.
     @usableFromInline
     init(of operation: Operation) {
-        queuePriority = operation.queuePriority
-        qualityOfService = operation.qualityOfService
+        self.init(queuePriority: operation.queuePriority, qualityOfService: operation.qualityOfService)
     }
 
     /// The least urgent priority: what a caller that states none asks for.
@@ -35,11 +47,9 @@ public struct OperationPriority: Hashable, Sendable {
     /// Each knob at the more urgent of the two values.
     func raised(to other: OperationPriority) -> OperationPriority {
         var raised = self
-        if other.queuePriority.rawValue > queuePriority.rawValue {
-            raised.queuePriority = other.queuePriority
-        }
+        raised.queueLevel = max(queueLevel, other.queueLevel)
         if other.qualityOfService.urgency > qualityOfService.urgency {
-            raised.qualityOfService = other.qualityOfService
+            raised.serviceLevel = other.serviceLevel
         }
         return raised
     }
@@ -126,18 +136,16 @@ struct PriorityTracker {
     /// Counts of waiting callers per level of each knob, so that the most urgent one left is found
     /// in constant time when a caller withdraws. Allocated when the first caller states a priority.
     private struct Demands {
-        private static var queueLevels: [Operation.QueuePriority] { [.veryLow, .low, .normal, .high, .veryHigh] }
-        private static var serviceLevels: [QualityOfService] {
-            [.background, .utility, .default, .userInitiated, .userInteractive]
-        }
-        /// Five counts for `queuePriority`, then five for `qualityOfService`, least urgent first.
+        /// Five counts for `queuePriority` (its raw values -8, -4, 0, 4, 8), then five for
+        /// `qualityOfService` (by urgency), least urgent first.
         private var counts: [Int32] = []
+        private static let services: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
 
         mutating func add(_ priority: OperationPriority, count: Int32) {
             if counts.isEmpty {
                 counts = Array(repeating: 0, count: 10)
             }
-            counts[Self.queueLevels.firstIndex(of: priority.queuePriority) ?? 2] += count
+            counts[min(max((priority.queueLevel + 8) / 4, 0), 4)] += count
             counts[5 + priority.qualityOfService.urgency] += count
         }
 
@@ -145,8 +153,9 @@ struct PriorityTracker {
             guard !counts.isEmpty, let queue = (0..<5).last(where: { counts[$0] > 0 }),
                 let service = (5..<10).last(where: { counts[$0] > 0 })
             else { return nil }
-            return OperationPriority(
-                queuePriority: Self.queueLevels[queue], qualityOfService: Self.serviceLevels[service - 5])
+            var highest = OperationPriority(qualityOfService: Self.services[service - 5])
+            highest.queueLevel = queue * 4 - 8
+            return highest
         }
     }
 }

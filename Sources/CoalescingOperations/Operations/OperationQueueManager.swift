@@ -323,7 +323,8 @@ public final class OperationQueueManager: @unchecked Sendable {
         -> Bool
     {
         let isTimed = events != nil || stallThreshold != nil
-        let registration = Registration(manager: self, key: key, startedAt: isTimed ? .now : nil)
+        let registration = Registration(
+            manager: self, key: key, startedAt: isTimed ? DispatchTime.now().uptimeNanoseconds : nil)
         return operation.claim(
             Admission(registration: registration, priority: PriorityTracker(own: priority)), events: events)
     }
@@ -353,7 +354,9 @@ public final class OperationQueueManager: @unchecked Sendable {
             for reason in leaving {
                 events.record(.callerWithdrawn(key: registration.key.identifier, reason: reason))
             }
-            let duration = registration.startedAt.map { ContinuousClock.now - $0 } ?? .zero
+            let duration = registration.startedAt.map {
+                Duration.nanoseconds(Int64(clamping: DispatchTime.now().uptimeNanoseconds - $0))
+            } ?? .zero
             events.record(
                 .workEnded(
                     key: registration.key.identifier, outcome: outcome, callersServed: callersServed, duration: duration

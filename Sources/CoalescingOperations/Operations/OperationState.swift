@@ -14,10 +14,8 @@ import Foundation
 /// Each case carries the data valid in it and nothing else. Each transition runs under the
 /// operation's lock, is pure bookkeeping, and returns an action that the operation carries out
 /// after releasing the lock (KVO, delivery, telling the manager); a transition that cannot happen
-/// stops with a message. Transitions `consume` the state and build the next one, so that the
-/// callers' storage moves instead of being copied: a copy of this generic enum goes through its
-/// value witnesses, and cost a join ~250 ns (BENCHMARKS.md). What joining and settling touch is
-/// inlinable, so that those paths are specialized for the caller's `Value`.
+/// stops with a message. What joining and settling touch is inlinable, so that those paths are
+/// specialized for the caller's `Value`.
 @usableFromInline
 enum OperationState<Value> {
     /// The result is open and nothing started the operation. `admission` is set once a manager or
@@ -36,6 +34,11 @@ enum OperationState<Value> {
     /// Done, as far as Foundation is concerned. `leftHost` remembers why an absorbed operation
     /// left its host's work by itself, for a host that is settling at that moment and counts it.
     case finished(leftHost: WithdrawalReason?)
+    /// Held only inside a transition that changes the callers in place, so that their storage has
+    /// one owner and grows where it is instead of being copied at every join; never seen outside
+    /// a transition. (Binding the callers out of the state and consuming it still leaves two
+    /// owners: measured, every join copied the whole list.)
+    case modifying
 
     /// Where the lifecycle stood when the result was decided.
     @usableFromInline
@@ -74,7 +77,7 @@ enum OperationState<Value> {
     }
 
     mutating func start() -> StartAction {
-        switch consume self {
+        switch self {
         case .pending(let callers, let admission):
             // Priority stops mattering once the work runs.
             self = .executing(callers, admission: admission?.started())
@@ -85,17 +88,17 @@ enum OperationState<Value> {
         case .settling(.notStarted):
             self = .settling(.executing)
             return .none
-        case let other:
-            // Already started, absorbed or finished.
-            self = other
+        case .executing, .absorbed, .settling(.executing), .settling(.absorbed), .finished:
             return .none
+        case .modifying:
+            preconditionFailure("OperationState: started in the middle of a transition")
         }
     }
 
     var isExecuting: Bool {
         switch self {
         case .executing, .settling(.executing): true
-        case .pending, .absorbed, .settling, .settledBeforeStart, .finished: false
+        case .pending, .absorbed, .settling, .settledBeforeStart, .finished, .modifying: false
         }
     }
 
@@ -121,7 +124,7 @@ enum OperationState<Value> {
             return .finish(LifecycleKey.executingAndFinished)
         case .settling(.absorbed):
             return .finish(LifecycleKey.finishedOnly)
-        case .pending, .executing, .absorbed, .settledBeforeStart, .finished:
+        case .pending, .executing, .absorbed, .settledBeforeStart, .finished, .modifying:
             preconditionFailure("OperationState: settled while \(self.name); only a decided result settles, once")
         }
     }
@@ -133,7 +136,7 @@ enum OperationState<Value> {
             self = .finished(leftHost: nil)
         case .settling(.absorbed(let leaving?)):
             self = .finished(leftHost: leaving)
-        case .pending, .executing, .absorbed, .settling(.notStarted), .settledBeforeStart, .finished:
+        case .pending, .executing, .absorbed, .settling(.notStarted), .settledBeforeStart, .finished, .modifying:
             preconditionFailure("OperationState: marked finished while \(self.name)")
         }
     }
@@ -145,7 +148,7 @@ enum OperationState<Value> {
     /// - Returns: What the winner must settle, or nil if the result was already decided.
     @inlinable
     mutating func decide() -> Settlement<Value>? {
-        switch consume self {
+        switch self {
         case .pending(let callers, let admission):
             self = .settling(.notStarted)
             return Settlement(callers: callers, registration: admission?.registration, host: nil)
@@ -156,9 +159,10 @@ enum OperationState<Value> {
             // Dropping the host here also keeps the two from holding each other alive.
             self = .settling(.absorbed(leaving: .withdrawn))
             return Settlement(callers: callers, registration: nil, host: HostLink(operation: host, slot: slot))
-        case let decided:
-            self = decided
+        case .settling, .settledBeforeStart, .finished:
             return nil
+        case .modifying:
+            preconditionFailure("OperationState: decided in the middle of a transition")
         }
     }
 
@@ -176,18 +180,14 @@ enum OperationState<Value> {
     /// - Returns: Its callers, or why it already left the host's work by itself.
     @inlinable
     mutating func decideWithHost() -> HostDecision {
-        switch consume self {
+        switch self {
         case .absorbed(let callers, _, _):
             self = .settling(.absorbed(leaving: nil))
             return .ride(callers)
-        case .settling(.absorbed(let leaving?)):
-            self = .settling(.absorbed(leaving: leaving))
+        case .settling(.absorbed(let leaving?)), .finished(let leaving?):
             return .left(leaving)
-        case .finished(let leaving?):
-            self = .finished(leftHost: leaving)
-            return .left(leaving)
-        case let other:
-            preconditionFailure("OperationState: settled by a host while \(other.name)")
+        case .pending, .executing, .settling, .settledBeforeStart, .finished, .modifying:
+            preconditionFailure("OperationState: settled by a host while \(self.name)")
         }
     }
 
@@ -206,22 +206,22 @@ enum OperationState<Value> {
     /// Adds a caller, unless the result is decided.
     @inlinable
     mutating func join(_ caller: Caller<Value>, priority: OperationPriority?) -> JoinAction {
-        switch consume self {
-        case .pending(var callers, var admission):
+        switch self {
+        case .pending(var callers, let admission):
+            self = .modifying
             let slot = callers.add(caller, priority: priority)
             let applyPriority = priority.map { admission?.priority?.demand($0) ?? false } ?? false
-            let count = callers.live
             self = .pending(callers, admission: admission)
-            return .joined(slot: slot, callers: count, applyPriority: applyPriority)
+            return .joined(slot: slot, callers: callers.live, applyPriority: applyPriority)
         case .executing(var callers, let admission):
+            self = .modifying
             let slot = callers.add(caller, priority: priority)
-            let count = callers.live
             self = .executing(callers, admission: admission)
-            return .joined(slot: slot, callers: count, applyPriority: false)
-        case let closed:
-            // Absorbed (it rides on other work) or decided.
-            self = closed
+            return .joined(slot: slot, callers: callers.live, applyPriority: false)
+        case .absorbed, .settling, .settledBeforeStart, .finished:
             return .refused
+        case .modifying:
+            preconditionFailure("OperationState: joined in the middle of a transition")
         }
     }
 
@@ -251,74 +251,79 @@ enum OperationState<Value> {
     /// Removes the caller in `slot`, if it still waits. A nil `slot` stands for the operation
     /// itself when it has no caller of its own: it abandons the work only if nobody joined.
     mutating func withdraw(_ slot: Int?, reason: WithdrawalReason, policy: AbandonedWorkPolicy) -> WithdrawAction {
-        switch consume self {
-        case .pending(var callers, var admission):
-            let entry = callers.remove(slot)
-            let applyPriority = entry?.priority.map { admission?.priority?.release($0) ?? false } ?? false
-            guard entry != nil || slot == nil else {
+        switch self {
+        case .pending(var callers, let admission):
+            self = .modifying
+            guard let entry = callers.remove(slot) else {
                 self = .pending(callers, admission: admission)
-                return .none
+                return callers.live == 0 && slot == nil ? abandon(callers, policy: policy) : .none
             }
-            guard callers.live == 0, policy == .cancel else {
-                self = .pending(callers, admission: admission)
-                return .withdrew(entry?.caller, applyPriority: applyPriority)
-            }
-            self = .settling(.notStarted)
-            return .abandoned(entry?.caller, Settlement(callers: callers, registration: admission?.registration, host: nil))
+            let applyPriority = entry.priority.map { admission?.priority?.release($0) ?? false } ?? false
+            self = .pending(callers, admission: admission)
+            return callers.live == 0
+                ? abandon(callers, policy: policy, withdrawn: entry.caller)
+                : .withdrew(entry.caller, applyPriority: applyPriority)
         case .executing(var callers, let admission):
+            self = .modifying
             let entry = callers.remove(slot)
-            guard entry != nil || slot == nil else {
-                self = .executing(callers, admission: admission)
-                return .none
-            }
-            guard callers.live == 0, policy == .cancel else {
-                self = .executing(callers, admission: admission)
-                return .withdrew(entry?.caller, applyPriority: false)
-            }
-            self = .settling(.executing)
-            return .abandoned(entry?.caller, Settlement(callers: callers, registration: admission?.registration, host: nil))
+            self = .executing(callers, admission: admission)
+            guard entry != nil || slot == nil else { return .none }
+            return callers.live == 0
+                ? abandon(callers, policy: policy, withdrawn: entry?.caller)
+                : .withdrew(entry?.caller, applyPriority: false)
         case .absorbed(var callers, let host, let hostSlot):
+            self = .modifying
             let entry = callers.remove(slot)
-            guard entry != nil || slot == nil else {
-                self = .absorbed(callers, host: host, slot: hostSlot)
-                return .none
-            }
-            guard callers.live == 0 else {
-                self = .absorbed(callers, host: host, slot: hostSlot)
-                return .withdrew(entry?.caller, applyPriority: false)
-            }
-            // An absorbed operation's work is its host's: it leaves it, whatever the policy.
+            self = .absorbed(callers, host: host, slot: hostSlot)
+            guard entry != nil || slot == nil else { return .none }
+            guard callers.live == 0 else { return .withdrew(entry?.caller, applyPriority: false) }
             self = .settling(.absorbed(leaving: reason))
             let settlement = Settlement(
                 callers: callers, registration: nil, host: HostLink(operation: host, slot: hostSlot))
             return .leftHost(entry?.caller, settlement)
-        case let decided:
-            // The caller has the result, or will.
-            self = decided
+        case .settling, .settledBeforeStart, .finished:
             return .none
+        case .modifying:
+            preconditionFailure("OperationState: withdrawn from in the middle of a transition")
         }
+    }
+
+    /// The last caller has left running or waiting work: cancel it, or let it run, as its policy says.
+    private mutating func abandon(
+        _ callers: Callers<Value>, policy: AbandonedWorkPolicy, withdrawn: Caller<Value>? = nil
+    ) -> WithdrawAction {
+        let admission: Admission?
+        let stage: Stage
+        switch self {
+        case .pending(_, let pending):
+            (admission, stage) = (pending, .notStarted)
+        case .executing(_, let executing):
+            (admission, stage) = (executing, .executing)
+        case .absorbed, .settling, .settledBeforeStart, .finished, .modifying:
+            preconditionFailure("OperationState: abandoned while \(self.name)")
+        }
+        guard policy == .cancel else {
+            return .withdrew(withdrawn, applyPriority: false)
+        }
+        self = .settling(stage)
+        return .abandoned(withdrawn, Settlement(callers: callers, registration: admission?.registration, host: nil))
     }
 
     /// Changes the priority that the caller in `slot` asks for. Returns whether the calling thread
     /// must apply the work's new priority.
     mutating func reprioritize(_ slot: Int, to priority: OperationPriority?) -> Bool {
-        switch consume self {
-        case .pending(var callers, var admission):
-            defer { self = .pending(callers, admission: admission) }
-            guard let previous = callers.reprioritize(slot, to: priority) else { return false }
-            var mustApply = false
-            if let previous {
-                mustApply = admission?.priority?.release(previous) ?? false
-            }
-            if let priority {
-                mustApply = (admission?.priority?.demand(priority) ?? false) || mustApply
-            }
-            return mustApply
-        case let other:
-            // Started, absorbed or decided: its priority no longer moves.
-            self = other
-            return false
+        guard case .pending(var callers, let admission) = self else { return false }
+        self = .modifying
+        defer { self = .pending(callers, admission: admission) }
+        guard let previous = callers.reprioritize(slot, to: priority) else { return false }
+        var mustApply = false
+        if let previous {
+            mustApply = admission?.priority?.release(previous) ?? false
         }
+        if let priority {
+            mustApply = (admission?.priority?.demand(priority) ?? false) || mustApply
+        }
+        return mustApply
     }
 
     /// The host link of an absorbed operation, so that it can forward a change of its caller's
@@ -331,7 +336,7 @@ enum OperationState<Value> {
     var registration: Registration? {
         switch self {
         case .pending(_, let admission), .executing(_, let admission): admission?.registration
-        case .absorbed, .settling, .settledBeforeStart, .finished: nil
+        case .absorbed, .settling, .settledBeforeStart, .finished, .modifying: nil
         }
     }
 
@@ -339,7 +344,7 @@ enum OperationState<Value> {
     var callerCount: Int {
         switch self {
         case .pending(let callers, _), .executing(let callers, _), .absorbed(let callers, _, _): callers.live
-        case .settling, .settledBeforeStart, .finished: 0
+        case .settling, .settledBeforeStart, .finished, .modifying: 0
         }
     }
 
@@ -347,21 +352,15 @@ enum OperationState<Value> {
 
     /// Claims the operation for a queue: only an operation that is untouched (pending, not claimed).
     mutating func claim(_ admission: Admission) -> Bool {
-        switch consume self {
-        case .pending(let callers, nil):
-            var admission = admission
-            // Callers that joined before the claim (through `value(of:)`, say) count from now on.
-            for case let entry? in callers.entries {
-                if let priority = entry.priority {
-                    _ = admission.priority?.demand(priority)
-                }
+        guard case .pending(let callers, nil) = self else { return false }
+        // Callers that joined before the claim (through `value(of:)`, say) count from now on.
+        for case let entry? in callers.entries {
+            if let priority = entry.priority {
+                _ = admission.priority?.demand(priority)
             }
-            self = .pending(callers, admission: admission)
-            return true
-        case let taken:
-            self = taken
-            return false
         }
+        self = .pending(callers, admission: admission)
+        return true
     }
 
     /// Whether the operation is untouched and may be absorbed: pending, not claimed by a queue,
@@ -382,12 +381,10 @@ enum OperationState<Value> {
     /// Makes this fresh operation ride on `host`'s work, as the caller in `slot` there.
     @usableFromInline
     mutating func becomeAbsorbed(by host: CoalescibleOperation<Value>, slot: Int) {
-        switch consume self {
-        case .pending(let callers, nil):
-            self = .absorbed(callers, host: host, slot: slot)
-        case let other:
-            preconditionFailure("OperationState: absorbed while \(other.name)")
+        guard case .pending(let callers, nil) = self else {
+            preconditionFailure("OperationState: absorbed while \(self.name)")
         }
+        self = .absorbed(callers, host: host, slot: slot)
     }
 
     // MARK: Priority
@@ -396,27 +393,15 @@ enum OperationState<Value> {
     /// the operation's priority (write it straight to Foundation), or whether the calling thread
     /// must apply the work's new priority.
     mutating func setOwnPriority(_ change: (inout OperationPriority) -> Void) -> Bool? {
-        switch consume self {
-        case .pending(let callers, var admission?) where admission.priority != nil:
-            defer { self = .pending(callers, admission: admission) }
-            return admission.priority?.setOwn(change)
-        case let other:
-            self = other
-            return nil
-        }
+        guard case .pending(_, let admission?) = self, admission.priority != nil else { return nil }
+        return admission.priority?.setOwn(change)
     }
 
     /// The next priority to write to Foundation, or nil (and the applying thread released) once
     /// everything has been written or the work has started.
     mutating func nextPriorityToApply() -> OperationPriority? {
-        switch consume self {
-        case .pending(let callers, var admission?) where admission.priority != nil:
-            defer { self = .pending(callers, admission: admission) }
-            return admission.priority?.next()
-        case let other:
-            self = other
-            return nil
-        }
+        guard case .pending(_, let admission?) = self, admission.priority != nil else { return nil }
+        return admission.priority?.next()
     }
 
     /// The case's name, for the messages of impossible transitions.
@@ -429,23 +414,34 @@ enum OperationState<Value> {
         case .settling(let stage): "settling (\(stage))"
         case .settledBeforeStart: "settled before start"
         case .finished: "finished"
+        case .modifying: "modifying"
         }
     }
 }
 
 /// What a manager or queue set when it claimed an operation.
+///
+/// A class, touched only under the operation's lock: the state's cases then carry one reference,
+/// and a join neither copies the registration (a copy of `Admission` as a struct cost a join
+/// ~50 ns, BENCHMARKS.md) nor rebuilds the state to change the work's priority.
 @usableFromInline
-struct Admission {
+final class Admission {
     /// The manager whose index and statistics the work belongs to; nil on a queue of the app's.
-    @usableFromInline var registration: Registration?
+    @usableFromInline let registration: Registration?
     /// The work's priority, which follows its callers while it waits; nil once it started, and for
     /// work that no manager tracks.
     @usableFromInline var priority: PriorityTracker?
 
+    @usableFromInline
+    init(registration: Registration?, priority: PriorityTracker?) {
+        self.registration = registration
+        self.priority = priority
+    }
+
+    /// Drops the priority, which stops mattering once the work runs.
     func started() -> Admission {
-        var started = self
-        started.priority = nil
-        return started
+        priority = nil
+        return self
     }
 }
 
@@ -458,8 +454,9 @@ struct Admission {
 struct Registration {
     @usableFromInline let manager: OperationQueueManager
     @usableFromInline let key: OperationKey
-    /// When the work started; read only when an observer or the stall report needs it.
-    let startedAt: ContinuousClock.Instant?
+    /// When the work started, in `DispatchTime` nanoseconds; read only when an observer or the
+    /// stall report needs it. (A clock instant would be a resilient field: see `OperationPriority`.)
+    let startedAt: UInt64?
 }
 
 /// The work an absorbed operation rides on, and its caller slot there.
