@@ -16,12 +16,20 @@ final class OperationControlsTests: XCTestCase {
     {
         { operation in
             let run = starts.increment()
-            started?.open()
-            DispatchQueue.global().async {
-                _ = release.wait()
-                operation.finish(result: .success(run))
-            }
+            TestSupport.heldWork(release: release, started: started) { run }(operation)
         }
+    }
+
+    /// A manager whose serial queue holds `host` waiting, so that its priority can be watched.
+    private func waitingWork(withCaller: Bool) -> (OperationQueueManager, TestOperation<Int>) {
+        let manager = OperationQueueManager(queue: Queues.serial("work", suspended: true))
+        let work: @Sendable (TestOperation<Int>) -> Void = { $0.finish(result: .success(1)) }
+        let host =
+            withCaller
+            ? TestOperation<Int>(callBackQueue: callbacks, work: work, completionHandler: { _ in })
+            : TestOperation<Int>(work: work)
+        manager.enqueue(operation: host)
+        return (manager, host)
     }
 
     // MARK: Guarantee 16: forget
@@ -347,10 +355,7 @@ final class OperationControlsTests: XCTestCase {
     }
 
     func testAnUrgentCallerWhoWithdrawsBeforeTheStartTakesItsUrgencyWithIt() {
-        let manager = OperationQueueManager(queue: Queues.serial("work", suspended: true))
-        let host = TestOperation<Int>(
-            callBackQueue: callbacks, work: { $0.finish(result: .success(1)) }, completionHandler: { _ in })
-        manager.enqueue(operation: host)
+        let (manager, host) = waitingWork(withCaller: true)
         let urgent = manager.enqueue(
             identifier: "work", callBackQueue: callbacks, priority: OperationPriority(queuePriority: .veryHigh),
             makeOperation: { TestOperation<Int>(work: { _ in }) }, completionHandler: { _ in })
@@ -362,9 +367,7 @@ final class OperationControlsTests: XCTestCase {
     }
 
     func testAHandleChangesItsCallersPriorityUpAndDown() {
-        let manager = OperationQueueManager(queue: Queues.serial("work", suspended: true))
-        let host = TestOperation<Int>(work: { $0.finish(result: .success(1)) })
-        manager.enqueue(operation: host)
+        let (manager, host) = waitingWork(withCaller: false)
         let cell = manager.enqueue(
             identifier: "work", callBackQueue: callbacks, makeOperation: { TestOperation<Int>(work: { _ in }) },
             completionHandler: { _ in })

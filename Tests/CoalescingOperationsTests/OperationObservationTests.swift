@@ -41,13 +41,7 @@ final class OperationObservationTests: XCTestCase {
         let release = Gate()
         let started = Gate()
         let recorder = ResultRecorder<Int>()
-        let work: @Sendable (TestOperation<Int>) -> Void = { operation in
-            started.open()
-            DispatchQueue.global().async {
-                _ = release.wait()
-                operation.finish(result: .success(5))
-            }
-        }
+        let work = heldWork(release: release, started: started) { 5 }
         manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
         XCTAssertTrue(started.wait())
@@ -85,13 +79,7 @@ final class OperationObservationTests: XCTestCase {
         let release = Gate()
         let started = Gate()
         let recorder = ResultRecorder<Int>()
-        let work: @Sendable (TestOperation<Int>) -> Void = { operation in
-            started.open()
-            DispatchQueue.global().async {
-                _ = release.wait()
-                operation.finish(result: .success(5))
-            }
-        }
+        let work = heldWork(release: release, started: started) { 5 }
         manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
         XCTAssertTrue(started.wait())

@@ -48,3 +48,17 @@ public final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked
         work(self)
     }
 }
+
+/// Work that opens `started` when it starts, then finishes with `value()` from another thread once
+/// `release` opens: the way tests hold work in flight without sleeping.
+public func heldWork<Value: Sendable>(
+    release: Gate, started: Gate? = nil, value: @escaping @Sendable () -> Value
+) -> @Sendable (TestOperation<Value>) -> Void {
+    { operation in
+        started?.open()
+        DispatchQueue.global().async {
+            _ = release.wait()
+            operation.finish(result: .success(value()))
+        }
+    }
+}
