@@ -68,7 +68,8 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - completionHandler: Called exactly once: with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
     ///     withdraws first.
-    @inlinable  // Specialized in the caller's module, as ``ConcurrentOperation/init(callBackQueue:completionHandler:)``.
+    // Inlinable, so that it is specialized in the caller's module, as the superclass's initialiser.
+    @inlinable
     public init(
         identifier: String,
         callBackQueue: OperationQueue = OperationQueue.current ?? .main,

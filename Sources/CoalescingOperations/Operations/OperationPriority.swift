@@ -139,7 +139,9 @@ struct PriorityTracker {
         /// Five counts for `queuePriority` (its raw values -8, -4, 0, 4, 8), then five for
         /// `qualityOfService` (by urgency), least urgent first.
         private var counts: [Int32] = []
-        private static let services: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
+        private static let services: [QualityOfService] = [
+            .background, .utility, .default, .userInitiated, .userInteractive,
+        ]
 
         mutating func add(_ priority: OperationPriority, count: Int32) {
             if counts.isEmpty {

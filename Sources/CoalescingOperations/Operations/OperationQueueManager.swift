@@ -354,9 +354,10 @@ public final class OperationQueueManager: @unchecked Sendable {
             for reason in leaving {
                 events.record(.callerWithdrawn(key: registration.key.identifier, reason: reason))
             }
-            let duration = registration.startedAt.map {
-                Duration.nanoseconds(Int64(clamping: DispatchTime.now().uptimeNanoseconds - $0))
-            } ?? .zero
+            let duration =
+                registration.startedAt.map {
+                    Duration.nanoseconds(Int64(clamping: DispatchTime.now().uptimeNanoseconds - $0))
+                } ?? .zero
             events.record(
                 .workEnded(
                     key: registration.key.identifier, outcome: outcome, callersServed: callersServed, duration: duration
