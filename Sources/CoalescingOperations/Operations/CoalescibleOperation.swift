@@ -68,7 +68,6 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - completionHandler: Called exactly once: with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
     ///     withdraws first.
-    // Inlinable, so that it is specialized in the caller's module, as the superclass's initialiser.
     @inlinable
     public init(
         identifier: String,

@@ -58,13 +58,13 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///     the thread that finishes the operation.
     ///   - completionHandler: Called exactly once: with the result given to ``finish(result:)``,
     ///     or with `.failure(ConcurrentOperationError.cancelled)` after ``cancel()``.
-    // Inlinable, so that it is specialized in the caller's module: generic, it cost every caller's
-    // operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
     @inlinable
     public init(
         callBackQueue: OperationQueue? = nil,
         completionHandler: ((Result<Value, Error>) -> Void)? = nil
     ) {
+        // Inlinable, so that it is specialized in the caller's module: generic, it cost every
+        // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
         self.callBackQueue = callBackQueue
         self.ownCallerSlot = completionHandler == nil ? nil : 0
         self.state = LockedState(OperationState(caller: completionHandler.map { .handler($0, queue: callBackQueue) }))
