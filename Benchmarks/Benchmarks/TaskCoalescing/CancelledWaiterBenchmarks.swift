@@ -27,7 +27,7 @@ func registerCancelledWaiterBenchmarks() {
             }
         }
         await arrivals.waitForAll()
-        await coalescer.probe()
+        await coalescer.waitUntilJoined(waiters)
 
         benchmark.startMeasurement()
         let left = await cancelAndCountLeavers(tasks)
