@@ -202,7 +202,12 @@ final class TaskCoalescerObservationTests: XCTestCase {
         })
         holder.value = coalescer
 
-        await XCTAssertThrowsCancellation(try await coalescer.deduplicated(key: "key") { 1 })
+        // Held until cancelled, so that the observer finds it in flight whichever thread reports.
+        await XCTAssertThrowsCancellation(
+            try await coalescer.deduplicated(key: "key") {
+                try await AsyncGate().wait()
+                return 1
+            })
 
         let next = try await coalescer.deduplicated(key: "other") { 2 }
         XCTAssertEqual(next, 2)
