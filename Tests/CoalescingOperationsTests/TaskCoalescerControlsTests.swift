@@ -109,10 +109,14 @@ final class TaskCoalescerControlsTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         for round in 0..<300 {
             let gate = AsyncGate()
-            let old = Task { try await coalescer.deduplicated(key: "key", operation: { [gate] in
-                try await gate.wait()
-                return 2 * round
-            }) }
+            let old = Task {
+                try await coalescer.deduplicated(
+                    key: "key",
+                    operation: { [gate] in
+                        try await gate.wait()
+                        return 2 * round
+                    })
+            }
             await waitUntil("the old work has its caller") { coalescer.callerCount(for: "key") == 1 }
 
             // The old work ends while the key is forgotten, in either order.
@@ -209,7 +213,8 @@ final class TaskCoalescerControlsTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         let gate = AsyncGate()
         let hasty = await caller(
-            of: coalescer, callers: 1, timeout: .milliseconds(10), whenAbandoned: .runToCompletion, work: gated(gate, runs))
+            of: coalescer, callers: 1, timeout: .milliseconds(10), whenAbandoned: .runToCompletion,
+            work: gated(gate, runs))
         do {
             _ = try await hasty.value
             XCTFail("expected a timeout")

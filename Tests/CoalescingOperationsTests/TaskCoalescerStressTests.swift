@@ -22,7 +22,8 @@ final class TaskCoalescerStressTests: XCTestCase {
                 let coalescer = InFlightTaskCoalescer<String, Int>(observer: observer)
                 return Subject(
                     call: { key, _, timeout, policy, work in
-                        try await coalescer.deduplicated(key: key, timeout: timeout, whenAbandoned: policy, operation: work)
+                        try await coalescer.deduplicated(
+                            key: key, timeout: timeout, whenAbandoned: policy, operation: work)
                     },
                     cancel: { coalescer.cancel(key: $0) }, forget: { coalescer.forget(key: $0) },
                     cancelAll: { coalescer.cancelAll() }, statistics: { coalescer.statistics })
@@ -40,7 +41,8 @@ final class TaskCoalescerStressTests: XCTestCase {
         for round in 0..<1_000 {
             let plan = Plan.random(allowingPrefetches: true, using: &random)
             let problems = await plan.run { observer in
-                let coalescer = PrefetchableTaskCoalescer<String, Int>(prefetchTimeout: .seconds(60), observer: observer)
+                let coalescer = PrefetchableTaskCoalescer<String, Int>(
+                    prefetchTimeout: .seconds(60), observer: observer)
                 return Subject(
                     call: { key, isPrefetch, timeout, policy, work in
                         guard isPrefetch else {

@@ -245,7 +245,8 @@ extension TaskCoalescingCore {
         let now: @Sendable () -> ContinuousClock.Instant
 
         init(
-            events: EventChannel<Key>?, prefetchTimeout: Duration, now: @escaping @Sendable () -> ContinuousClock.Instant
+            events: EventChannel<Key>?, prefetchTimeout: Duration,
+            now: @escaping @Sendable () -> ContinuousClock.Instant
         ) {
             self.events = events
             self.prefetchTimeout = prefetchTimeout
