@@ -10,18 +10,6 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     typealias Work = InFlightWork<Key, Value>
     typealias Operation = @Sendable () async throws -> Value
 
-    /// What a caller is to the coalescer, which decides how it treats prefetched results.
-    enum Role {
-        /// ``InFlightTaskCoalescer``: nothing is ever stored.
-        case plain
-        /// ``PrefetchableTaskCoalescer/deduplicated(key:priority:name:timeout:whenAbandoned:operation:)``:
-        /// takes a stored result, or claims the result of a prefetch in flight.
-        case consumer
-        /// ``PrefetchableTaskCoalescer/prefetch(key:priority:name:timeout:whenAbandoned:operation:)``:
-        /// makes the work a prefetch, whose result is stored for the next consumer.
-        case prefetcher
-    }
-
     /// How a caller arrived.
     enum Arrival {
         /// The caller started or joined `work` and has a slot in it.
@@ -56,7 +44,7 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     /// work otherwise. Never suspends, so concurrent callers always find each other.
     func arrive(
         key: Key,
-        as role: Role,
+        as role: CallerRole,
         priority: TaskPriority?,
         name: String?,
         timeout: Duration?,
@@ -64,10 +52,11 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
         operation: @escaping Operation
     ) -> Arrival {
         let callerPriority = Task.currentPriority
-        let (arrival, escalation) = state.withLock { state in
+        var escalation: Task<Void, Never>?
+        let arrival = state.withLock { state in
             state.arrive(
                 key: key, as: role, callerPriority: callerPriority, startPriority: priority ?? callerPriority,
-                whenAbandoned: whenAbandoned
+                whenAbandoned: whenAbandoned, escalating: &escalation
             ) { work, startPriority in
                 Self.startTask(name: name, priority: startPriority) { [self] in
                     let result: Result<Value, Error>
@@ -196,6 +185,21 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     }
 }
 
+/// What a caller is to a task coalescer, which decides how it treats prefetched results.
+///
+/// Outside the generic engine (as are the other small enums), so that the unspecialized join path
+/// finds their metadata statically instead of instantiating it on every call.
+enum CallerRole {
+    /// ``InFlightTaskCoalescer``: nothing is ever stored.
+    case plain
+    /// ``PrefetchableTaskCoalescer/deduplicated(key:priority:name:timeout:whenAbandoned:operation:)``:
+    /// takes a stored result, or claims the result of a prefetch in flight.
+    case consumer
+    /// ``PrefetchableTaskCoalescer/prefetch(key:priority:name:timeout:whenAbandoned:operation:)``:
+    /// makes the work a prefetch, whose result is stored for the next consumer.
+    case prefetcher
+}
+
 // MARK: - The state behind the lock
 
 extension TaskCoalescingCore {
@@ -257,32 +261,33 @@ extension TaskCoalescingCore {
         /// `startTask`. Returns how it arrived, and the task to escalate to its priority.
         mutating func arrive(
             key: Key,
-            as role: Role,
+            as role: CallerRole,
             callerPriority: TaskPriority,
             startPriority: TaskPriority,
             whenAbandoned: AbandonedWorkPolicy,
+            escalating escalation: inout Task<Void, Never>?,
             startTask: (Work, TaskPriority) -> Task<Void, Never>
-        ) -> (Arrival, escalation: Task<Void, Never>?) {
+        ) -> Arrival {
             if role != .plain {
                 releaseExpired()
                 if stored[key] != nil {
-                    guard role == .consumer else { return (.alreadyStored, nil) }
+                    guard role == .consumer else { return .alreadyStored }
                     // Counted as a caller that joined the prefetch's work and was served by it.
                     statistics.callersJoined += 1
                     statistics.callersServed += 1
-                    return (.taken(stored.removeValue(forKey: key)!.value), nil)
+                    return .taken(stored.removeValue(forKey: key)!.value)
                 }
             }
             if let work = index[key] {
-                let (slot, escalation) = work.join(as: role, priority: callerPriority)
+                let slot = work.join(as: role, priority: callerPriority, escalating: &escalation)
                 statistics.callersJoined += 1
                 if let events {
                     events.record(.callerJoined(key: key, callers: work.callerCount))
-                    if let escalation {
-                        events.record(.priorityChanged(key: key, priority: .task(escalation.priority)))
+                    if escalation != nil {
+                        events.record(.priorityChanged(key: key, priority: .task(callerPriority)))
                     }
                 }
-                return (.waiting(work, slot: slot), escalation?.task)
+                return .waiting(work, slot: slot)
             }
             let work = Work(
                 key: key, role: role, priority: startPriority, whenAbandoned: whenAbandoned,
@@ -291,7 +296,7 @@ extension TaskCoalescingCore {
             index[key] = work
             statistics.workStarted += 1
             events?.record(.workStarted(key: key))
-            return (.waiting(work, slot: 0), nil)
+            return .waiting(work, slot: 0)
         }
 
         mutating func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) -> Withdrawal? {
@@ -395,6 +400,15 @@ extension TaskCoalescingCore {
 
 // MARK: - One run of the work
 
+/// What the work is to ``PrefetchableTaskCoalescer``.
+enum PrefetchRole {
+    case none
+    /// A prefetch: its value is stored when it ends, unless a consumer claimed it.
+    case unclaimed
+    /// A prefetch a consumer waits for (in `slot`): its value is that consumer's.
+    case claimed(slot: Int)
+}
+
 /// One run of the work for one key, and the callers waiting for it.
 ///
 /// Callers suspend on continuations rather than on the work's `Task`, so that one whose task is
@@ -428,15 +442,6 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         case ended(Result<Value, Error>)
     }
 
-    /// What the work is to ``PrefetchableTaskCoalescer``.
-    enum PrefetchRole {
-        case none
-        /// A prefetch: its value is stored when it ends, unless a consumer claimed it.
-        case unclaimed
-        /// A prefetch a consumer waits for (in `slot`): its value is that consumer's.
-        case claimed(slot: Int)
-    }
-
     let key: Key
     let whenAbandoned: AbandonedWorkPolicy
     /// When the work started; only taken when an observer wants durations.
@@ -449,7 +454,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
 
     /// Creates running work with slot 0 reserved for the caller that starts it.
     init(
-        key: Key, role: TaskCoalescingCore<Key, Value>.Role, priority: TaskPriority,
+        key: Key, role: CallerRole, priority: TaskPriority,
         whenAbandoned: AbandonedWorkPolicy, startedAt: ContinuousClock.Instant?
     ) {
         self.key = key
@@ -478,11 +483,11 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         phase = .running(task: task, callers: callers, priority: priority)
     }
 
-    /// Reserves a slot for a caller joining the work. Returns the slot, and the task with the
-    /// priority to raise it to if the caller is more urgent than the work.
+    /// Reserves a slot for a caller joining the work, and returns it. Sets `escalation` to the
+    /// task to raise to `priority` if the caller is more urgent than the work.
     func join(
-        as role: TaskCoalescingCore<Key, Value>.Role, priority: TaskPriority
-    ) -> (slot: Int, escalation: (task: Task<Void, Never>, priority: TaskPriority)?) {
+        as role: CallerRole, priority: TaskPriority, escalating escalation: inout Task<Void, Never>?
+    ) -> Int {
         guard case .running(let task, let callers, let current) = phase else {
             preconditionFailure("InFlightWork: a caller joined work that had ended")
         }
@@ -495,8 +500,10 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         case (.consumer, .unclaimed): prefetch = .claimed(slot: slot)
         default: break
         }
-        guard raised, let task else { return (slot, nil) }
-        return (slot, (task, priority))
+        if raised {
+            escalation = task
+        }
+        return slot
     }
 
     /// Parks `continuation` in `slot`; returns the outcome to resume it with at once, if it is
