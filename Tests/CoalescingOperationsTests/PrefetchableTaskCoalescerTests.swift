@@ -283,7 +283,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
     func testRandomInterleavingsOfPrefetchConsumeAndCancellationKeepTheRules() async throws {
         // Guards bugs 4, 5 and 6 of issue 9 across interleavings the tests above do not pin down:
-        // a consumer racing the prefetch's end, a claimant leaving before or after the work ends,
+        // a consumer racing the prefetch's end, a claimant withdrawing before or after the work ends,
         // prefetchers cancelled in any order, and cancellation of the key at any point.
         // Guarantee 15: prefetch stores for one consumer.
         let environment = ProcessInfo.processInfo.environment

@@ -342,13 +342,13 @@ final class TaskCoalescerControlsTests: XCTestCase {
             return 1
         }
         let starter = await caller(of: coalescer, callers: 1, whenAbandoned: .cancel, work: work)
-        let joiner = await caller(of: coalescer, callers: 2, whenAbandoned: .runToCompletion, work: work)
+        let second = await caller(of: coalescer, callers: 2, whenAbandoned: .runToCompletion, work: work)
 
         starter.cancel()
-        joiner.cancel()
+        second.cancel()
 
         await XCTAssertThrowsCancellation(try await starter.value)
-        await XCTAssertThrowsCancellation(try await joiner.value)
+        await XCTAssertThrowsCancellation(try await second.value)
         try await workSawCancellation.wait()
         XCTAssertEqual(coalescer.statistics.workCancelled, 1)
     }

@@ -2,7 +2,8 @@
 /// and (for ``PrefetchableTaskCoalescer``) the prefetched results, all behind one lock.
 ///
 /// One lock rather than an actor: a caller registers and parks with two short critical sections on
-/// its own thread, and never hops onto another executor (the hop was most of a join's cost). Every
+/// its own thread, without queueing behind the other callers on an actor, and the controls
+/// (`cancel`, `forget`, `statistics`) are synchronous. Every
 /// change runs under the lock as a transition of ``State`` that returns what to do next (resume
 /// continuations, cancel or escalate a task); the caller does it after releasing the lock, so no
 /// user code, continuation or observer ever runs while the lock is held.
@@ -83,8 +84,8 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     }
 
     /// Waits in `slot` for the work's outcome. Throws `CancellationError` as soon as the waiting
-    /// task is cancelled, or `CoalescingError.timedOut` once its timeout passed, leaving the work
-    /// to the other callers.
+    /// task is cancelled, or `CoalescingError.timedOut` once its timeout passed: the caller
+    /// withdraws, and the work goes on for the others.
     func wait(for work: Work, in slot: Int) async throws -> Value {
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Work.Continuation) in
@@ -235,7 +236,7 @@ extension TaskCoalescingCore {
     }
 
     struct State: Sendable {
-        /// Work in flight that a new caller joins, by key. Holds only running work: work leaves it
+        /// Work in flight that a new caller joins, by key. Holds only running work: work is taken out of it
         /// in the same step as it ends, is cancelled or is forgotten.
         var index: [Key: Work] = [:]
         /// Forgotten work still in flight, so that ``cancelAll()`` reaches it.
