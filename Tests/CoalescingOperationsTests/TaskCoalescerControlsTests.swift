@@ -359,13 +359,15 @@ final class TaskCoalescerControlsTests: XCTestCase {
             var served = 0
             for round in 0..<300 {
                 let gate = AsyncGate()
+                // A key per round: work that runs to completion may outlive its round.
+                let key = "round \(round)"
                 let only = Task {
-                    try await coalescer.deduplicated(key: "key", whenAbandoned: policy) {
+                    try await coalescer.deduplicated(key: key, whenAbandoned: policy) {
                         await gate.waitIgnoringCancellation()
                         return round
                     }
                 }
-                await waitUntil("the caller joined") { coalescer.callerCount(for: "key") == 1 }
+                await waitUntil("the caller joined") { coalescer.callerCount(for: key) == 1 }
                 async let opened: Void = gate.open()
                 only.cancel()
                 _ = await opened
