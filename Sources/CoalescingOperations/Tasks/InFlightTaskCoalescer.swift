@@ -36,7 +36,7 @@
 /// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:)``
 ///   sees every step as a ``CoalescingEvent``.
 public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    private let core: TaskCoalescingCore<Key, Value>
+    @usableFromInline let core: TaskCoalescingCore<Key, Value>
 
     /// Creates a coalescer with nothing in flight.
     ///
@@ -70,6 +70,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
     ///   ``CoalescingError/timedOut`` if `timeout` passed first.
+    @inlinable
     public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,

@@ -36,7 +36,7 @@
 /// caller that joined the prefetch's work and was served; no event reports it, since that work has
 /// already ended.
 public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    private let core: TaskCoalescingCore<Key, Value>
+    @usableFromInline let core: TaskCoalescingCore<Key, Value>
 
     /// Creates a coalescer whose prefetched results expire after `prefetchTimeout`.
     ///
@@ -77,6 +77,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     /// - Returns: The value, the same for every caller of the same work.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
+    @inlinable
     public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
@@ -116,6 +117,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
+    @inlinable
     public func prefetch(
         key: Key,
         priority: TaskPriority? = nil,

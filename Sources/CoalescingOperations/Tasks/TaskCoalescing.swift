@@ -7,11 +7,13 @@
 /// change runs under the lock as a transition of ``State`` that returns what to do next (resume
 /// continuations, cancel or escalate a task); the caller does it after releasing the lock, so no
 /// user code, continuation or observer ever runs while the lock is held.
+@usableFromInline
 final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    typealias Work = InFlightWork<Key, Value>
-    typealias Operation = @Sendable () async throws -> Value
+    @usableFromInline typealias Work = InFlightWork<Key, Value>
+    @usableFromInline typealias Operation = @Sendable () async throws -> Value
 
     /// How a caller arrived.
+    @usableFromInline
     enum Arrival {
         /// The caller started or joined `work` and has a slot in it.
         case waiting(Work, slot: Int)
@@ -21,8 +23,11 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
         case alreadyStored
     }
 
-    private let state: LockedState<State>
+    @usableFromInline let state: LockedState<State>
     private let events: EventChannel<Key>?
+    /// Whether an observer wants events: read on the inlined join path, which cannot name the
+    /// channel itself.
+    @usableFromInline let isObserved: Bool
 
     /// - Parameters:
     ///   - prefetchTimeout: How long a prefetched result is kept; nil for a coalescer that never
@@ -36,6 +41,7 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     ) {
         let events = observer.map(EventChannel.init)
         self.events = events
+        isObserved = events != nil
         state = LockedState(State(events: events, prefetchTimeout: prefetchTimeout ?? .zero, now: now))
     }
 
@@ -43,6 +49,10 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
 
     /// Registers a caller of `key`: starts `operation` if no work is in flight for it, joins the
     /// work otherwise. Never suspends, so concurrent callers always find each other.
+    ///
+    /// Inlinable, like the rest of the join path, so that it is specialized for the caller's `Key`
+    /// and `Value`: unspecialized, every join looked up generic metadata at run time.
+    @inlinable
     func arrive(
         key: Key,
         as role: CallerRole,
@@ -73,19 +83,33 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
         if let escalation {
             Self.escalate(escalation, to: callerPriority)
         }
-        events?.drain()
+        if isObserved {
+            drainEvents()
+        }
         // Only a caller that asked for a deadline pays for one.
         if let timeout, case .waiting(let work, let slot) = arrival {
-            schedule(after: timeout) { [weak self] in
-                self?.withdraw(work, slot: slot, reason: .timedOut)
-            }
+            withdraw(work, slot: slot, after: timeout)
         }
         return arrival
+    }
+
+    /// Withdraws the caller in `slot` with ``CoalescingError/timedOut`` once `timeout` has passed.
+    @usableFromInline
+    func withdraw(_ work: Work, slot: Int, after timeout: Duration) {
+        schedule(after: timeout) { [weak self] in
+            self?.withdraw(work, slot: slot, reason: .timedOut)
+        }
+    }
+
+    @usableFromInline
+    func drainEvents() {
+        events?.drain()
     }
 
     /// Waits in `slot` for the work's outcome. Throws `CancellationError` as soon as the waiting
     /// task is cancelled, or `CoalescingError.timedOut` once its timeout passed: the caller
     /// withdraws, and the work goes on for the others.
+    @inlinable
     func wait(for work: Work, in slot: Int) async throws -> Value {
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Work.Continuation) in
@@ -100,7 +124,8 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
 
     /// Withdraws the caller in `slot`, unless the work's outcome was already decided (then the
     /// caller gets it) or the caller already withdrew.
-    private func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) {
+    @usableFromInline
+    func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) {
         let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason) }
         if let withdrawal {
             withdrawal.abandonedTask?.cancel()
@@ -110,7 +135,8 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     }
 
     /// Called by the work's own task when the work returns or throws.
-    private func settle(_ work: Work, with result: Result<Value, Error>) {
+    @usableFromInline
+    func settle(_ work: Work, with result: Result<Value, Error>) {
         let continuations = state.withLock { $0.settle(work, with: result) }
         for continuation in continuations {
             continuation.resume(with: result)
@@ -165,7 +191,8 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     /// Starts the work in a task of its own. Detached, so that it inherits none of the starting
     /// caller's task-local values (a request ID, a trace span, credentials): its context is
     /// nobody's in particular. It keeps the starting priority, raised as callers join.
-    private static func startTask(
+    @usableFromInline
+    static func startTask(
         name: String?, priority: TaskPriority, operation: sending @escaping () async -> Void
     ) -> Task<Void, Never> {
         #if compiler(>=6.2)
@@ -177,7 +204,8 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
 
     /// Raises `task`'s priority, on runtimes that can (Swift 6.2 and later). Tasks can only be
     /// escalated, never lowered.
-    private static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+    @usableFromInline
+    static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
         #if compiler(>=6.2)
         if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
             task.escalatePriority(to: priority)
@@ -190,6 +218,7 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
 ///
 /// Outside the generic engine (as are the other small enums), so that the unspecialized join path
 /// finds their metadata statically instead of instantiating it on every call.
+@usableFromInline
 enum CallerRole {
     /// ``InFlightTaskCoalescer``: nothing is ever stored.
     case plain
@@ -205,7 +234,8 @@ enum CallerRole {
 
 extension TaskCoalescingCore {
     /// A result a prefetch stored for its consumer.
-    struct Prefetched {
+    @usableFromInline
+    struct Prefetched: Sendable {
         let value: Value
         let expiry: ContinuousClock.Instant
     }
@@ -235,17 +265,19 @@ extension TaskCoalescingCore {
         let abandonedTask: Task<Void, Never>?
     }
 
+    @usableFromInline
     struct State: Sendable {
         /// Work in flight that a new caller joins, by key. Holds only running work: work is taken out of it
         /// in the same step as it ends, is cancelled or is forgotten.
-        var index: [Key: Work] = [:]
+        @usableFromInline var index: [Key: Work] = [:]
         /// Forgotten work still in flight, so that ``cancelAll()`` reaches it.
         var forgotten: [ObjectIdentifier: Work] = [:]
         var stored: [Key: Prefetched] = [:]
         /// The earliest expiry among `stored`, or later; nil when nothing is stored.
         var nextExpiry: ContinuousClock.Instant?
-        var statistics = CoalescingStatistics()
+        @usableFromInline var statistics = CoalescingStatistics()
         let events: EventChannel<Key>?
+        @usableFromInline let isObserved: Bool
         let prefetchTimeout: Duration
         let now: @Sendable () -> ContinuousClock.Instant
 
@@ -254,12 +286,14 @@ extension TaskCoalescingCore {
             now: @escaping @Sendable () -> ContinuousClock.Instant
         ) {
             self.events = events
+            isObserved = events != nil
             self.prefetchTimeout = prefetchTimeout
             self.now = now
         }
 
         /// A caller arrives: takes a stored result, joins the work in flight, or starts it with
-        /// `startTask`. Returns how it arrived, and the task to escalate to its priority.
+        /// `startTask`. Returns how it arrived, and sets the task to escalate to its priority.
+        @inlinable
         mutating func arrive(
             key: Key,
             as role: CallerRole,
@@ -269,27 +303,56 @@ extension TaskCoalescingCore {
             escalating escalation: inout Task<Void, Never>?,
             startTask: (Work, TaskPriority) -> Task<Void, Never>
         ) -> Arrival {
-            if role != .plain {
-                releaseExpired()
-                if stored[key] != nil {
-                    guard role == .consumer else { return .alreadyStored }
-                    // Counted as a caller that joined the prefetch's work and was served by it.
-                    statistics.callersJoined += 1
-                    statistics.callersServed += 1
-                    return .taken(stored.removeValue(forKey: key)!.value)
-                }
+            if role != .plain, let arrival = takeStored(key, as: role) {
+                return arrival
             }
             if let work = index[key] {
                 let slot = work.join(as: role, priority: callerPriority, escalating: &escalation)
-                statistics.callersJoined += 1
-                if let events {
-                    events.record(.callerJoined(key: key, callers: work.callerCount))
-                    if escalation != nil {
-                        events.record(.priorityChanged(key: key, priority: .task(callerPriority)))
-                    }
+                Self.countJoin(&statistics)
+                if isObserved {
+                    recordJoin(of: work, escalatedTo: escalation == nil ? nil : callerPriority)
                 }
                 return .waiting(work, slot: slot)
             }
+            return start(
+                key: key, as: role, startPriority: startPriority, whenAbandoned: whenAbandoned, startTask: startTask)
+        }
+
+        /// Counted here, outside the inlined join path, which cannot set the counters itself.
+        @usableFromInline
+        static func countJoin(_ statistics: inout CoalescingStatistics) {
+            statistics.callersJoined += 1
+        }
+
+        @usableFromInline
+        func recordJoin(of work: Work, escalatedTo priority: TaskPriority?) {
+            events?.record(.callerJoined(key: work.key, callers: work.callerCount))
+            if let priority {
+                events?.record(.priorityChanged(key: work.key, priority: .task(priority)))
+            }
+        }
+
+        /// A prefetched result for `key`, if one is stored: a consumer takes it, a prefetcher
+        /// leaves it. Nil if none is.
+        @usableFromInline
+        mutating func takeStored(_ key: Key, as role: CallerRole) -> Arrival? {
+            releaseExpired()
+            guard stored[key] != nil else { return nil }
+            guard role == .consumer else { return .alreadyStored }
+            // Counted as a caller that joined the prefetch's work and was served by it.
+            statistics.callersJoined += 1
+            statistics.callersServed += 1
+            return .taken(stored.removeValue(forKey: key)!.value)
+        }
+
+        @usableFromInline
+        mutating func start(
+            key: Key,
+            as role: CallerRole,
+            startPriority: TaskPriority,
+            whenAbandoned: AbandonedWorkPolicy,
+            startTask: (Work, TaskPriority) -> Task<Void, Never>
+        ) -> Arrival {
             let work = Work(
                 key: key, role: role, priority: startPriority, whenAbandoned: whenAbandoned,
                 startedAt: events == nil ? nil : .now)
@@ -402,6 +465,7 @@ extension TaskCoalescingCore {
 // MARK: - One run of the work
 
 /// What the work is to ``PrefetchableTaskCoalescer``.
+@usableFromInline
 enum PrefetchRole {
     case none
     /// A prefetch: its value is stored when it ends, unless a consumer claimed it.
@@ -417,15 +481,17 @@ enum PrefetchRole {
 /// first reserves a slot (when it starts or joins the work), then parks its continuation there;
 /// every state a slot can meet in between is handled, so no interleaving of settling,
 /// cancellation, timeout and withdrawal resumes a continuation twice or never.
+@usableFromInline
 final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked Sendable {
     // @unchecked: every `var` is read and written only under the lock of the
     // `TaskCoalescingCore` that created the work (its `state`), and the `let`s are Sendable.
 
     // Unsafe rather than checked: the slots resume each continuation exactly once (the tests drive
     // every interleaving), and the checked kind costs an allocation per caller.
-    typealias Continuation = UnsafeContinuation<Value, Error>
+    @usableFromInline typealias Continuation = UnsafeContinuation<Value, Error>
 
     /// One caller's place in the work.
+    @usableFromInline
     enum Slot {
         /// Reserved by a caller that has not parked its continuation yet.
         case reserved
@@ -436,6 +502,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         case done
     }
 
+    @usableFromInline
     enum Phase {
         /// `callers` counts the slots reserved or waiting; `priority` is the highest of theirs.
         case running(task: Task<Void, Never>?, callers: Int, priority: TaskPriority)
@@ -443,13 +510,13 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
         case ended(Result<Value, Error>)
     }
 
-    let key: Key
+    @usableFromInline let key: Key
     let whenAbandoned: AbandonedWorkPolicy
     /// When the work started; only taken when an observer wants durations.
     let startedAt: ContinuousClock.Instant?
-    private(set) var phase: Phase
-    private var slots: ContiguousArray<Slot> = [.reserved]
-    private var prefetch: PrefetchRole
+    @usableFromInline var phase: Phase
+    @usableFromInline var slots: ContiguousArray<Slot> = [.reserved]
+    @usableFromInline var prefetch: PrefetchRole
     /// False once the work left the coalescer's index: forgotten, cancelled or ended.
     var isIndexed = true
 
@@ -486,6 +553,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
 
     /// Reserves a slot for a caller joining the work, and returns it. Sets `escalation` to the
     /// task to raise to `priority` if the caller is more urgent than the work.
+    @inlinable
     func join(
         as role: CallerRole, priority: TaskPriority, escalating escalation: inout Task<Void, Never>?
     ) -> Int {
@@ -509,6 +577,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
 
     /// Parks `continuation` in `slot`; returns the outcome to resume it with at once, if it is
     /// already known.
+    @inlinable
     func park(_ continuation: Continuation, in slot: Int) -> Result<Value, Error>? {
         switch (slots[slot], phase) {
         case (.reserved, .running):
@@ -573,6 +642,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
 
 extension WithdrawalReason {
     /// What a withdrawn caller throws.
+    @usableFromInline
     var error: Error {
         switch self {
         case .withdrawn: CancellationError()
