@@ -274,7 +274,7 @@ extension TaskCoalescingCore {
         var forgotten: [ObjectIdentifier: Work] = [:]
         var stored: [Key: Prefetched] = [:]
         /// The earliest expiry among `stored`, or later; nil when nothing is stored.
-        var nextExpiry: ContinuousClock.Instant?
+        @usableFromInline var nextExpiry: ContinuousClock.Instant?
         @usableFromInline var statistics = CoalescingStatistics()
         let events: EventChannel<Key>?
         @usableFromInline let isObserved: Bool
@@ -303,7 +303,8 @@ extension TaskCoalescingCore {
             escalating escalation: inout Task<Void, Never>?,
             startTask: (Work, TaskPriority) -> Task<Void, Never>
         ) -> Arrival {
-            if role != .plain, let arrival = takeStored(key, as: role) {
+            // Nothing is stored while `nextExpiry` is nil: most joins skip the look-up.
+            if role != .plain, nextExpiry != nil, let arrival = takeStored(key, as: role) {
                 return arrival
             }
             if let work = index[key] {
