@@ -16,7 +16,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let callers = (0..<count).map { _ in
             Task { try await coalescer.deduplicated(key: key, operation: work) }
         }
-        await waitUntil("\(count) callers joined") { await coalescer.waitingCount(for: key) == count }
+        await waitUntil("\(count) callers joined") { coalescer.callerCount(for: key) == count }
         return callers
     }
 
@@ -71,9 +71,9 @@ final class InFlightTaskCoalescerTests: XCTestCase {
                 return 1
             }
         }
-        await waitUntil("the old work has its caller") { await coalescer.waitingCount(for: "key") == 1 }
+        await waitUntil("the old work has its caller") { coalescer.callerCount(for: "key") == 1 }
 
-        let cancelled = await coalescer.cancel(key: "key")
+        let cancelled = coalescer.cancel(key: "key")
         XCTAssertTrue(cancelled)
         await XCTAssertThrowsCancellation(try await old.value)
         let new = await joinedCallers(1, on: coalescer) {
@@ -85,7 +85,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         try await oldWorkEnded.wait()
         // The old work's end must not have removed the new work: a third caller joins it.
         let third = Task { try await coalescer.deduplicated(key: "key") { runs.increment() } }
-        await waitUntil("the third caller joined") { await coalescer.waitingCount(for: "key") == 2 }
+        await waitUntil("the third caller joined") { coalescer.callerCount(for: "key") == 2 }
 
         newGate.open()
         let values = try await [new[0].value, third.value]
@@ -93,7 +93,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(runs.current, 2)
     }
 
-    func testACancelledCallerLeavesAtOnceWhileTheOthersAreServed() async throws {
+    func testACancelledCallerWithdrawsAtOnceWhileTheOthersAreServed() async throws {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         let gate = AsyncGate()
         let callers = await joinedCallers(3, on: coalescer) {
@@ -103,14 +103,14 @@ final class InFlightTaskCoalescerTests: XCTestCase {
 
         callers[1].cancel()
         await XCTAssertThrowsCancellation(try await callers[1].value)  // while the work is still held
-        await waitUntil("the cancelled caller left") { await coalescer.waitingCount(for: "key") == 2 }
+        await waitUntil("the cancelled caller withdrew") { coalescer.callerCount(for: "key") == 2 }
 
         gate.open()
         let values = try await [callers[0].value, callers[2].value]
         XCTAssertEqual(values, [7, 7])
     }
 
-    func testTheWorkIsCancelledWhenTheLastCallerLeaves() async throws {
+    func testTheWorkIsCancelledWhenTheLastCallerWithdraws() async throws {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         let gate = AsyncGate()
         let workSawCancellation = AsyncGate()
@@ -197,7 +197,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
             }
         }
 
-        await coalescer.cancelAll()
+        coalescer.cancelAll()
 
         for caller in callers {
             await XCTAssertThrowsCancellation(try await caller.value)
@@ -209,7 +209,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
 
     func testCancelKeyReportsWhetherWorkWasInFlight() async {
         let coalescer = InFlightTaskCoalescer<String, Int>()
-        let result = await coalescer.cancel(key: "nothing")
+        let result = coalescer.cancel(key: "nothing")
         XCTAssertFalse(result)
     }
 
@@ -222,11 +222,11 @@ final class InFlightTaskCoalescerTests: XCTestCase {
                 return Task.currentPriority
             }
         }
-        await waitUntil("the first caller joined") { await coalescer.waitingCount(for: "key") == 1 }
+        await waitUntil("the first caller joined") { coalescer.callerCount(for: "key") == 1 }
         let high = Task(priority: .high) {
             try await coalescer.deduplicated(key: "key") { .low }
         }
-        await waitUntil("the urgent caller joined") { await coalescer.waitingCount(for: "key") == 2 }
+        await waitUntil("the urgent caller joined") { coalescer.callerCount(for: "key") == 2 }
 
         gate.open()
         let priorities = try await [low.value, high.value]

@@ -5,7 +5,7 @@ import XCTest
 @testable import CoalescingOperations
 
 /// Guarantee 15 (see the Guarantees article): the five prefetch cases users know from the blog
-/// pattern (A–E below), the invalidation race, and the three bugs of issue 9.
+/// pattern (A–E below), the cancellation race, and the three bugs of issue 9.
 final class PrefetchableTaskCoalescerTests: XCTestCase {
     /// A clock the test moves by hand.
     private let clock = LockedBox(ContinuousClock.now)
@@ -22,9 +22,9 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
     ) async -> (prefetch: Task<Void, Error>, consumer: Task<Int, Error>) {
         let runs = self.runs
         let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
-        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
         let consumer = Task { try await coalescer.deduplicated(key: "feed", operation: counting(runs)) }
-        await waitUntil("the consumer joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        await waitUntil("the consumer joined") { coalescer.callerCount(for: "feed") == 2 }
         return (prefetch, consumer)
     }
 
@@ -40,7 +40,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
         XCTAssertEqual(consumed, 1)
         XCTAssertEqual(runs.current, 1)
-        let stored = await coalescer.storedCount
+        let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0, "the joining consumer took the prefetch")
         let next = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
         XCTAssertEqual(next, 2, "the next consumer starts new work")
@@ -55,7 +55,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
         XCTAssertEqual(consumed, 1)
         XCTAssertEqual(runs.current, 1)
-        let stored = await coalescer.storedCount
+        let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0)
     }
 
@@ -78,7 +78,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let callers = (0..<2).map { _ in
             Task { try await coalescer.deduplicated(key: "feed", operation: gated(gate, runs)) }
         }
-        await waitUntil("both callers joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        await waitUntil("both callers joined") { coalescer.callerCount(for: "feed") == 2 }
 
         gate.open()
         let values = try await [callers[0].value, callers[1].value]
@@ -118,7 +118,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
         _ = try await coalescer.deduplicated(key: "other", operation: counting(runs))
 
-        let stored = await coalescer.storedCount
+        let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0)
     }
 
@@ -140,7 +140,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let prefetches = (0..<2).map { _ in
             Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
         }
-        await waitUntil("both prefetches joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        await waitUntil("both prefetches joined") { coalescer.callerCount(for: "feed") == 2 }
 
         gate.open()
         for prefetch in prefetches {
@@ -153,7 +153,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual([first, second], [1, 2])
     }
 
-    func testAPrefetchInvalidatedWhileRunningNeverStoresItsResult() async throws {
+    func testAPrefetchCancelledWhileRunningNeverStoresItsResult() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
@@ -165,39 +165,39 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
                 return run
             }
         }
-        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
 
-        await coalescer.invalidate(key: "feed")
+        coalescer.cancel(key: "feed")
         await XCTAssertThrowsCancellation(try await prefetch.value)
         gate.open()
 
         let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
-        XCTAssertEqual(consumed, 2, "the invalidated result was not stored")
+        XCTAssertEqual(consumed, 2, "the cancelled prefetch's result was not stored")
     }
 
-    func testInvalidateDropsAStoredResult() async throws {
+    func testCancelDropsAStoredResult() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
-        await coalescer.invalidate(key: "feed")
+        coalescer.cancel(key: "feed")
 
         let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 2)
     }
 
-    func testInvalidateAllDropsEveryResultAndCancelsAllWork() async throws {
+    func testCancelAllDropsEveryResultAndCancelsAllWork() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "a", operation: counting(runs))
         let gate = AsyncGate()
         let running = Task { try await coalescer.deduplicated(key: "b", operation: gated(gate, runs)) }
-        await waitUntil("the work started") { await coalescer.waitingCount(for: "b") == 1 }
+        await waitUntil("the work started") { coalescer.callerCount(for: "b") == 1 }
 
-        await coalescer.invalidateAll()
+        coalescer.cancelAll()
 
         await XCTAssertThrowsCancellation(try await running.value)
-        let stored = await coalescer.storedCount
+        let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0)
     }
 
@@ -219,31 +219,28 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
     func testAConsumerArrivingAsThePrefetchCompletesTakesItsValueWithoutRunningTheWorkAgain() async throws {
         // Guards bug 4 of issue 9: a consumer arriving after the prefetch's work had resumed its
-        // waiters, but before the result was stored, claimed the prefetch without joining it, ran
-        // the work again, and kept the prefetcher from storing.
+        // callers, but before the result was stored, claimed the prefetch without joining it, ran
+        // the work again, and kept the prefetcher from storing. The work now ends and stores in
+        // one step, so the consumer arrives before the prefetcher's task has returned.
         // Guarantee 15: prefetch stores for one consumer.
         let runs = self.runs
         let coalescer = makeCoalescer()
         let work = AsyncGate()
-        // Holds every party that would store the result inside the window the bug needed.
-        let storing = AsyncGate()
-        await coalescer.setBeforeSettlingForTesting { await storing.waitIgnoringCancellation() }
         let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(work, runs)) }
-        await waitUntil("the prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
         work.open()
-        await waitUntil("the work ended") { await coalescer.waitingCount(for: "feed") == 0 }
+        await waitUntil("the work ended") { coalescer.callerCount(for: "feed") == 0 }
 
         let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
-        storing.open()
         try await prefetch.value
 
         XCTAssertEqual(consumed, 1, "the consumer took the prefetch's value")
         XCTAssertEqual(runs.current, 1, "the work did not run again")
-        let stored = await coalescer.storedCount
+        let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0, "the value went to one consumer and was not stored as well")
     }
 
-    func testAConsumerCancelledWhileJoiningAPrefetchLeavesItsValueForTheNextConsumer() async throws {
+    func testAConsumerCancelledWhileJoiningAPrefetchPassesItsValueToTheNextConsumer() async throws {
         // Guards bug 5 of issue 9: a consumer that joined a prefetch in flight and was then
         // cancelled kept its claim, so the prefetched value was never stored.
         // Guarantee 15: prefetch stores for one consumer.
@@ -270,9 +267,9 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
         let first = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
-        await waitUntil("the first prefetch started") { await coalescer.waitingCount(for: "feed") == 1 }
+        await waitUntil("the first prefetch started") { coalescer.callerCount(for: "feed") == 1 }
         let second = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
-        await waitUntil("the second prefetch joined") { await coalescer.waitingCount(for: "feed") == 2 }
+        await waitUntil("the second prefetch joined") { coalescer.callerCount(for: "feed") == 2 }
 
         first.cancel()
         await XCTAssertThrowsCancellation(try await first.value)
@@ -284,10 +281,10 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(runs.current, 1)
     }
 
-    func testRandomInterleavingsOfPrefetchConsumeInvalidateAndCancellationKeepTheRules() async throws {
+    func testRandomInterleavingsOfPrefetchConsumeAndCancellationKeepTheRules() async throws {
         // Guards bugs 4, 5 and 6 of issue 9 across interleavings the tests above do not pin down:
-        // a consumer racing the prefetch's end, a claimant leaving before or after the work ends,
-        // prefetchers cancelled in any order, and invalidation at any point.
+        // a consumer racing the prefetch's end, a claimant withdrawing before or after the work ends,
+        // prefetchers cancelled in any order, and cancellation of the key at any point.
         // Guarantee 15: prefetch stores for one consumer.
         let environment = ProcessInfo.processInfo.environment
         let seed =
@@ -315,19 +312,19 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 }
 
 /// One random round for one key: prefetchers start gated work, then the test opens the gate,
-/// launches a consumer, cancels tasks and invalidates in a random order, with no waiting between.
+/// launches a consumer, cancels tasks and the key in a random order, with no waiting between.
 private struct StressPlan {
     enum Mode {
-        /// Nothing invalidated and one prefetcher kept: the prefetch's value must reach exactly
+        /// Nothing cancelled and one prefetcher kept: the prefetch's value must reach exactly
         /// one consumer, with no second run.
         case strict
-        case invalidated
+        case keyCancelled
         case everyPrefetcherCancelled
     }
 
     enum Action {
         case openGate, launchConsumer, cancelConsumer, cancelFirstPrefetcher, cancelSecondPrefetcher
-        case invalidate, yield
+        case cancelKey, yield
     }
 
     let mode: Mode
@@ -335,7 +332,7 @@ private struct StressPlan {
     let actions: [Action]
 
     static func random(using random: inout SplitMix64) -> StressPlan {
-        let mode = [Mode.strict, .strict, .invalidated, .everyPrefetcherCancelled].randomElement(using: &random)!
+        let mode = [Mode.strict, .strict, .keyCancelled, .everyPrefetcherCancelled].randomElement(using: &random)!
         let prefetchers = Int.random(in: 1...2, using: &random)
         var actions: [Action] = [.openGate, .launchConsumer]
         if Bool.random(using: &random) {
@@ -346,8 +343,8 @@ private struct StressPlan {
             if prefetchers == 2, Bool.random(using: &random) {
                 actions.append(.cancelFirstPrefetcher)
             }
-        case .invalidated:
-            actions.append(.invalidate)
+        case .keyCancelled:
+            actions.append(.cancelKey)
             if Bool.random(using: &random) {
                 actions.append(.cancelFirstPrefetcher)
             }
@@ -387,7 +384,7 @@ private struct StressPlan {
                     try await coalescer.prefetch(key: key, operation: gated(gate, runs))
                     return 0
                 })
-            await waitUntil("prefetcher \(index) joined") { await coalescer.waitingCount(for: key) == index + 1 }
+            await waitUntil("prefetcher \(index) joined") { coalescer.callerCount(for: key) == index + 1 }
         }
         var consumer: Task<Void, Never>?
         var consumerCancelled = false
@@ -404,7 +401,7 @@ private struct StressPlan {
                 consumer?.cancel()
             case .cancelFirstPrefetcher: prefetchTasks[0].cancel()
             case .cancelSecondPrefetcher: prefetchTasks[1].cancel()
-            case .invalidate: await coalescer.invalidate(key: key)
+            case .cancelKey: coalescer.cancel(key: key)
             case .yield: await Task.yield()
             }
         }

@@ -1,14 +1,15 @@
 import Benchmark
 import BenchmarkSupport
 
-/// Workload 5, a cancelled waiter leaving: K = 1,000 waiters have joined work in flight on an
+/// Workload 5, a cancelled caller withdrawing: K = 1,000 callers have joined work in flight on an
 /// `InFlightTaskCoalescer`; measures cancelling their tasks until each has thrown
-/// `CancellationError`, while the work goes on for its first caller.
+/// `CancellationError`, while the work goes on for its first caller. (The benchmark keeps its
+/// published name, `TaskCancelledWaiterLeaves`.)
 ///
-/// The seed-001 actor has no figure here: its waiters await the work's `Task.value`, which does
-/// not react to the waiter's cancellation, so a cancelled waiter stays until the work ends. The
+/// The seed-001 actor has no figure here: its callers await the work's `Task.value`, which does
+/// not react to the caller's cancellation, so a cancelled caller stays until the work ends. The
 /// baseline is instead the floor of any cancellable wait (``CancellableWait``: one continuation
-/// resumed from a cancellation handler), to show what leaving costs beyond it.
+/// resumed from a cancellation handler), to show what withdrawing costs beyond it.
 func registerCancelledWaiterBenchmarks() {
     let waiters = 1_000
 
@@ -27,7 +28,7 @@ func registerCancelledWaiterBenchmarks() {
             }
         }
         await arrivals.waitForAll()
-        await coalescer.probe()
+        await coalescer.waitUntilJoined(waiters)
 
         benchmark.startMeasurement()
         let left = await cancelAndCountLeavers(tasks)

@@ -1,15 +1,19 @@
 import Benchmark
 import BenchmarkSupport
 
-/// Workload 5, joining a task coalescer: work for one key is in flight, and N = 10,000 waiters
+/// Workload 5, joining a task coalescer: work for one key is in flight, and N = 10,000 callers
 /// (child tasks) join it.
 ///
-/// Measures from spawning the first waiter until every waiter has joined: each arrives, hops onto
-/// the coalescer's actor and registers (ours reserves a slot and parks a continuation; the seed-001
-/// actor awaits the work's `Task.value`). "Every waiter has joined" is known by awaiting all
-/// arrivals and then one no-op call onto the same actor, which runs after all of theirs. Creating
-/// the child tasks is inside the measured region for every coalescer alike. Delivering the result
-/// and checking that the work ran once and every waiter got 42 happen after it.
+/// Measures from spawning the first caller until every caller has joined: each arrives and
+/// registers (ours take the coalescer's lock on their own thread, reserve a slot and park a
+/// continuation under a cancellation handler; the seed-001 actor's hop onto the actor and await
+/// the work's `Task.value`). Creating the child tasks is inside the measured region for every
+/// coalescer alike. Delivering the result and checking that the work ran once and every caller got
+/// 42 happen after it.
+///
+/// `ours-inflight-timeout` gives every caller a timeout (one that does not pass during the run),
+/// and `ours-inflight-observer` has an observer that counts events: set against `ours-inflight`
+/// from the same run, they show what a timeout and an observer cost a join.
 func registerTaskJoinBenchmarks() {
     let waiters = 10_000
     for kind in CoalescerKind.allCases {
@@ -31,7 +35,7 @@ func registerTaskJoinBenchmarks() {
                     }
                 }
                 await arrivals.waitForAll()
-                await coalescer.probe()
+                await coalescer.waitUntilJoined(waiters)
                 benchmark.stopMeasurement()
 
                 await held.release()

@@ -1,29 +1,54 @@
 /// Runs identical concurrent async work once and hands its result to every caller.
 ///
-/// While work for a key is in flight, every further call with that key waits for it instead of
-/// starting its own; once the work ends, the next call starts new work (coalescing is not caching):
+/// While work for a key is in flight, every further caller with that key joins it instead of
+/// starting its own; once the work ends, the next caller starts new work (coalescing is not
+/// caching):
 ///
 /// ```swift
 /// let profiles = InFlightTaskCoalescer<String, Profile>()
 ///
 /// func profile(id: String) async throws -> Profile {
-///     try await profiles.deduplicated(key: id, name: "profile \(id)") {
+///     try await profiles.deduplicated(key: id, name: "profile \(id)", timeout: .seconds(5)) {
 ///         try await api.fetchProfile(id: id)
 ///     }
+/// }
+///
+/// func save(_ profile: Profile) async throws {
+///     try await api.save(profile)
+///     profiles.forget(key: profile.id)  // the next read must not join one started before the write
 /// }
 /// ```
 ///
 /// - A caller is registered before anything is awaited, so concurrent callers always find it.
-/// - A caller whose own task is cancelled throws `CancellationError` at once; the work goes on for
-///   the others, and is cancelled when the last caller has left.
+/// - A caller whose own task is cancelled throws `CancellationError` at once, and one whose
+///   `timeout` passes throws ``CoalescingError/timedOut``; the work goes on for the others. When
+///   the last caller has withdrawn, the work is cancelled, or runs to its end if the caller that
+///   started it passed `whenAbandoned: .runToCompletion`.
 /// - Work that throws hands its error to every caller, and frees the key.
-/// - A caller more urgent than the work raises the work's priority (Swift 6.2 runtimes).
-/// - Waiting costs no thread: callers suspend on continuations.
-public actor InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable> {
-    private var calls = InFlightCallTable<Key, Value>()
+/// - ``cancel(key:)`` stops the work for all its callers; ``forget(key:)`` lets the next caller
+///   start new work while the callers already waiting keep waiting for the old one.
+/// - The work runs in a detached task: it inherits none of the starting caller's task-local values
+///   (a request ID or a trace span would otherwise become the context of everyone's work). It
+///   keeps the starting caller's priority, and a more urgent caller who joins raises it (on Swift
+///   6.2 runtimes and later). Task priorities can only rise: a caller withdrawing never lowers it.
+/// - Waiting costs no thread: callers suspend on continuations. Joining takes a lock on the
+///   caller's own thread, with no hop onto an actor.
+/// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:)``
+///   sees every step as a ``CoalescingEvent``.
+public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    @usableFromInline let core: TaskCoalescingCore<Key, Value>
 
     /// Creates a coalescer with nothing in flight.
-    public init() {}
+    ///
+    /// - Parameter observer: Receives one ``CoalescingEvent`` per step in the life of the work:
+    ///   started, caller joined, caller withdrawn, priority changed, ended. It runs on the thread
+    ///   that made the change (a caller's, the work's task, a timer's, or the one that cancelled),
+    ///   one event at a time and in order, with no lock of the coalescer held: it may call back
+    ///   into the coalescer. Keep it quick, since it delays the caller it runs on. The coalescer
+    ///   holds it until the coalescer and its work in flight are gone.
+    public init(observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil) {
+        core = TaskCoalescingCore(observer: observer)
+    }
 
     /// Returns the result of the work in flight for `key`, starting `operation` if there is none.
     ///
@@ -32,45 +57,78 @@ public actor InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable> {
     ///   - priority: The priority of the task that runs `operation`, if this call starts it.
     ///     Defaults to the caller's.
     ///   - name: A name for that task, shown by debuggers (Swift 6.2 and later).
-    ///   - operation: The work. Runs in a task of its own, so it outlives any one caller; it sees
-    ///     `Task.isCancelled` when the last caller left or ``cancel(key:)`` was called.
+    ///   - timeout: How long this caller waits at most; nil waits for the outcome. When it
+    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``.
+    ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call
+    ///     starts it: ``AbandonedWorkPolicy/cancel`` (the default) or
+    ///     ``AbandonedWorkPolicy/runToCompletion``, for a write or an upload that must finish.
+    ///     Ignored when this caller joins work in flight.
+    ///   - operation: The work. Runs in a detached task of its own, so it outlives any one caller
+    ///     and sees none of its task-local values; it sees `Task.isCancelled` when it was
+    ///     cancelled or abandoned.
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: The work's error; or `CancellationError` if this caller's task was cancelled, or
-    ///   the work was cancelled through ``cancel(key:)`` or ``cancelAll()``.
+    /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
+    ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first.
+    @inlinable
     public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
+        timeout: Duration? = nil,
+        whenAbandoned: AbandonedWorkPolicy = .cancel,
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
-        let (call, slot) = calls.reserve(key, priority: priority, name: name, operation: operation) { call in
-            await self.forget(call, key: key)
+        let arrival = core.arrive(
+            key: key, as: .plain, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
+            operation: operation)
+        guard case .waiting(let work, let slot) = arrival else {
+            preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }
-        return try await call.wait(in: slot)
+        return try await core.wait(for: work, in: slot)
     }
 
-    /// Cancels the work in flight for `key`: its callers throw `CancellationError` at once, and
-    /// the next call for `key` starts new work.
+    /// Cancels the work in flight for `key`: its callers throw `CancellationError` at once, and the
+    /// next caller of `key` starts new work.
+    ///
+    /// Work that was forgotten is no longer under its key; ``cancelAll()`` still reaches it.
     ///
     /// - Parameter key: The key of the work to cancel.
-    /// - Returns: False if no work was in flight for `key`.
+    /// - Returns: Whether work was in flight for `key`.
     @discardableResult
     public func cancel(key: Key) -> Bool {
-        calls.cancel(key)
+        core.cancel(key: key)
     }
 
-    /// Cancels all work in flight, for example when the user logs out.
-    public func cancelAll() {
-        calls.cancelAll()
+    /// Cancels all work in flight, forgotten work included, for example when the user logs out.
+    ///
+    /// - Returns: Whether any work was in flight.
+    @discardableResult
+    public func cancelAll() -> Bool {
+        core.cancelAll()
+    }
+
+    /// Forgets the work in flight for `key`: the next caller of `key` starts new work, while the
+    /// callers already waiting keep waiting for the old work and receive its result. Nothing is
+    /// cancelled, and the old work ending later never removes the new work.
+    ///
+    /// Use it after a write, so that the next read does not join one that started before it.
+    ///
+    /// - Parameter key: The key of the work to forget.
+    /// - Returns: Whether work was in flight for `key`.
+    @discardableResult
+    public func forget(key: Key) -> Bool {
+        core.forget(key: key)
+    }
+
+    /// What the coalescer has done since it was created: a snapshot, exact under concurrency.
+    public var statistics: CoalescingStatistics {
+        core.statistics
     }
 
     /// How many callers wait for the work in flight for `key`; for tests.
-    func waitingCount(for key: Key) -> Int {
-        calls.waitingCount(for: key)
-    }
-
-    private func forget(_ call: InFlightCall<Value>, key: Key) {
-        calls.remove(key, ifSameAs: call)
+    func callerCount(for key: Key) -> Int {
+        core.callerCount(for: key)
     }
 }

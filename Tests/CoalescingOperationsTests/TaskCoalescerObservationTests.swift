@@ -1,0 +1,231 @@
+import Foundation
+import TestSupport
+import XCTest
+
+@testable import CoalescingOperations
+
+/// What the task coalescers let an app see: Guarantee 21 (statistics are exact) and Guarantee 22
+/// (events arrive in order, with no lock held; the observer may call back; it is released with
+/// its coalescer). See the Guarantees article.
+final class TaskCoalescerObservationTests: XCTestCase {
+    struct WorkFailed: Error {}
+
+    /// Records the events an observer receives.
+    final class EventLog: Sendable {
+        let events = LockedBox<[CoalescingEvent<String>]>([])
+
+        var observer: @Sendable (CoalescingEvent<String>) -> Void {
+            { [events] event in events.mutate { $0.append(event) } }
+        }
+
+        /// Each event without its key and duration, to compare with what a test expects.
+        var steps: [String] {
+            events.value.map { event in
+                switch event {
+                case .workStarted: "started"
+                case .callerJoined(_, let callers): "joined \(callers)"
+                case .callerWithdrawn(_, let reason): "withdrawn \(reason)"
+                case .priorityChanged(_, let priority): "priority \(priority)"
+                case .workEnded(_, let outcome, let served, _): "ended \(outcome) \(served)"
+                case .workStalled: "stalled"
+                }
+            }
+        }
+    }
+
+    /// Holds an object until nothing else does, so a test can see when it was released.
+    final class Witness: Sendable {}
+
+    // MARK: Guarantee 21: statistics are exact
+
+    func testStatisticsCountEveryCallerAndEveryEnd() async throws {
+        let coalescer = InFlightTaskCoalescer<String, Int>()
+        let gate = AsyncGate()
+        let work: @Sendable () async throws -> Int = {
+            try await gate.wait()
+            return 1
+        }
+        let served = Task { try await coalescer.deduplicated(key: "a", operation: work) }
+        await waitUntil("the work started") { coalescer.callerCount(for: "a") == 1 }
+        let withdrawn = Task { try await coalescer.deduplicated(key: "a", operation: work) }
+        let timedOut = Task { try await coalescer.deduplicated(key: "a", timeout: .milliseconds(5), operation: work) }
+        await waitUntil("two callers joined") { coalescer.statistics.callersJoined == 2 }
+        withdrawn.cancel()
+        _ = await [withdrawn.result, timedOut.result]
+        gate.open()
+        _ = try await served.value
+        do {
+            _ = try await coalescer.deduplicated(key: "b") { throw WorkFailed() }
+        } catch {}
+        let cancelled = (0..<2).map { _ in
+            Task {
+                try await coalescer.deduplicated(key: "c") {
+                    try await AsyncGate().wait()
+                    return 0
+                }
+            }
+        }
+        await waitUntil("both callers of c wait") { coalescer.callerCount(for: "c") == 2 }
+        coalescer.cancel(key: "c")
+        for caller in cancelled {
+            await XCTAssertThrowsCancellation(try await caller.value)
+        }
+
+        var expected = CoalescingStatistics()
+        expected.workStarted = 3
+        expected.callersJoined = 3
+        expected.callersWithdrawn = 1
+        expected.callersTimedOut = 1
+        expected.callersServed = 4
+        expected.workSucceeded = 1
+        expected.workFailed = 1
+        expected.workCancelled = 1
+        XCTAssertEqual(coalescer.statistics, expected, "\(coalescer.statistics)")
+        XCTAssertEqual(coalescer.statistics.workInFlight, 0)
+        XCTAssertEqual(coalescer.statistics.callersSaved, 1)
+    }
+
+    func testAConsumerTakingAPrefetchedResultCountsAsACallerServedByThePrefetch() async throws {
+        let coalescer = PrefetchableTaskCoalescer<String, Int>(prefetchTimeout: .seconds(30))
+        try await coalescer.prefetch(key: "feed") { 1 }
+        try await coalescer.prefetch(key: "feed") { 2 }  // a result is waiting: not a caller
+        _ = try await coalescer.deduplicated(key: "feed") { 3 }
+
+        let statistics = coalescer.statistics
+        XCTAssertEqual(statistics.workStarted, 1)
+        XCTAssertEqual(statistics.callersJoined, 1)
+        XCTAssertEqual(statistics.callersServed, 2)
+        XCTAssertEqual(statistics.callersSaved, 1, "the consumer was spared a run")
+    }
+
+    func testStatisticsAreExactUnderConcurrentCallers() async throws {
+        let coalescer = InFlightTaskCoalescer<Int, Int>()
+        let gate = AsyncGate()
+        let callers = 2_000
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<callers {
+                group.addTask {
+                    let caller = Task {
+                        try await coalescer.deduplicated(key: index % 4) {
+                            try await gate.wait()
+                            return 1
+                        }
+                    }
+                    if index % 3 == 0 {
+                        caller.cancel()
+                    }
+                    _ = await caller.result
+                }
+            }
+            // Holds the work until at least as many callers arrived as were not cancelled; the
+            // figures must add up whichever callers arrive later and start new work.
+            await waitUntil("the callers arrived") {
+                let statistics = coalescer.statistics
+                return statistics.workStarted + statistics.callersJoined >= callers - (callers + 2) / 3
+            }
+            gate.open()
+        }
+        await waitUntil("all work ended") { coalescer.statistics.workInFlight == 0 }
+
+        let statistics = coalescer.statistics
+        let arrived = statistics.workStarted + statistics.callersJoined
+        XCTAssertEqual(arrived, statistics.callersServed + statistics.callersWithdrawn, "\(statistics)")
+        XCTAssertEqual(statistics.workEnded, statistics.workStarted)
+        XCTAssertEqual(statistics.callersTimedOut, 0)
+        XCTAssertEqual(statistics.workFailed, 0)
+    }
+
+    // MARK: Guarantee 22: events
+
+    func testEventsArriveInTheOrderOfTheChanges() async throws {
+        let log = EventLog()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
+        let gate = AsyncGate()
+        let work: @Sendable () async throws -> Int = {
+            try await gate.wait()
+            return 1
+        }
+        let first = Task { try await coalescer.deduplicated(key: "key", operation: work) }
+        await waitUntil("the work started") { coalescer.callerCount(for: "key") == 1 }
+        let second = Task { try await coalescer.deduplicated(key: "key", operation: work) }
+        await waitUntil("the second caller joined") { coalescer.callerCount(for: "key") == 2 }
+        let third = Task { try await coalescer.deduplicated(key: "key", timeout: .milliseconds(5), operation: work) }
+        _ = await third.result
+        second.cancel()
+        _ = await second.result
+        gate.open()
+        _ = try await first.value
+        await waitUntil("the work's end was reported") { log.steps.count == 6 }
+
+        XCTAssertEqual(
+            log.steps,
+            [
+                "started", "joined 2", "joined 3", "withdrawn timedOut", "withdrawn withdrawn", "ended succeeded 1",
+            ])
+        guard case .workEnded(let key, _, _, let duration) = log.events.value.last else {
+            return XCTFail("no end reported")
+        }
+        XCTAssertEqual(key, "key")
+        XCTAssertGreaterThan(duration, .zero)
+    }
+
+    func testTheLastCallerWithdrawingReportsTheWorkCancelledWithNobodyServed() async throws {
+        let log = EventLog()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
+        let only = Task {
+            try await coalescer.deduplicated(key: "key") {
+                try await AsyncGate().wait()
+                return 0
+            }
+        }
+        await waitUntil("the work started") { coalescer.callerCount(for: "key") == 1 }
+
+        only.cancel()
+        _ = await only.result
+
+        await waitUntil("the end was reported") { log.steps.count == 3 }
+        XCTAssertEqual(log.steps, ["started", "withdrawn withdrawn", "ended cancelled 0"])
+    }
+
+    func testAnObserverThatCallsBackIntoTheCoalescerDoesNotDeadlock() async throws {
+        let holder = LockedBox<InFlightTaskCoalescer<String, Int>?>(nil)
+        let seen = Counter()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: { event in
+            seen.increment()
+            guard let coalescer = holder.value else { return }
+            _ = coalescer.statistics
+            if case .workStarted("key") = event {
+                // Cancels the work it is told about, from inside the report of its start.
+                coalescer.cancel(key: "key")
+                coalescer.forget(key: "other")
+            }
+        })
+        holder.value = coalescer
+
+        // Held until cancelled, so that the observer finds it in flight whichever thread reports.
+        await XCTAssertThrowsCancellation(
+            try await coalescer.deduplicated(key: "key") {
+                try await AsyncGate().wait()
+                return 1
+            })
+
+        let next = try await coalescer.deduplicated(key: "other") { 2 }
+        XCTAssertEqual(next, 2)
+        XCTAssertGreaterThanOrEqual(seen.current, 4)
+        holder.value = nil
+    }
+
+    func testDroppingTheCoalescerReleasesTheObserver() async throws {
+        weak var released: Witness?
+        do {
+            let witness = Witness()
+            released = witness
+            let coalescer = InFlightTaskCoalescer<String, Int>(observer: { _ in _ = witness })
+            let prefetchable = PrefetchableTaskCoalescer<String, Int>(
+                prefetchTimeout: .seconds(30), observer: { _ in _ = witness })
+            _ = try await coalescer.deduplicated(key: "key", timeout: .seconds(30)) { 1 }
+            try await prefetchable.prefetch(key: "key") { 1 }
+        }
+        await waitUntil("the observer was released") { released == nil }
+    }
+}
