@@ -37,6 +37,8 @@ public enum FeedKey: Hashable, Sendable {
 public struct API: Sendable {
     /// Fetches a profile.
     public func fetchProfile(id: String) async throws -> Profile { Profile(id: id) }
+    /// Saves a profile.
+    public func save(_ profile: Profile) async throws {}
     /// Fetches the home feed.
     public func feed() async throws -> Feed { Feed(titles: ["home"]) }
     /// Fetches the explore feed.
