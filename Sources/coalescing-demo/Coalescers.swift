@@ -4,8 +4,15 @@ import Foundation
 /// Every manager the launch creates, and what the library reports about them: the figures of the
 /// summary come from here, not from the demo's own counting.
 final class Coalescers: @unchecked Sendable {
-    // @unchecked: every property is guarded by `lock`.
+    // @unchecked: every mutable property is guarded by `lock`; `printsEvents` and `start` are `let`.
     private let lock = NSLock()
+    private let printsEvents: Bool
+    private let start = ContinuousClock.now
+
+    /// - Parameter printsEvents: Whether to print each event as the library reports it.
+    init(printsEvents: Bool = false) {
+        self.printsEvents = printsEvents
+    }
     private var managers: [OperationQueueManager] = []
     private var servedByOutcome: [WorkOutcome: Int] = [:]
 
@@ -14,12 +21,31 @@ final class Coalescers: @unchecked Sendable {
         // The events say how the work each caller was handed ended; the statistics count the
         // rest. The observer only adds to a dictionary, as quick as an observer must be.
         let manager = OperationQueueManager(queue: queue) { [weak self] event in
+            if self?.printsEvents == true, let self {
+                let elapsed = (ContinuousClock.now - self.start).components
+                let milliseconds = elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000
+                print(String(format: "%6d ms  event  ", milliseconds) + Self.describe(event))
+            }
             if case .workEnded(_, let outcome, let callersServed, _) = event {
                 self?.lock.withLock { self?.servedByOutcome[outcome, default: 0] += callersServed }
             }
         }
         lock.withLock { managers.append(manager) }
         return manager
+    }
+
+    /// One line for `event`.
+    static func describe(_ event: CoalescingEvent<String>) -> String {
+        switch event {
+        case .workStarted(let key): "work started     \(key)"
+        case .callerJoined(let key, let callers): "caller joined    \(key) (\(callers) waiting)"
+        case .callerWithdrawn(let key, let reason): "caller withdrew  \(key) (\(reason))"
+        case .priorityChanged(let key, let priority): "priority changed \(key) (\(priority))"
+        case .workEnded(let key, let outcome, let served, let duration):
+            "work ended       \(key): \(outcome), \(served) caller(s) served after \(duration)"
+        case .workStalled(let key, let callers, let elapsed):
+            "work stalled     \(key): \(callers) caller(s) waiting for \(elapsed)"
+        }
     }
 
     /// The statistics of every manager, added up: without coalescing, each caller has its own.

@@ -11,9 +11,11 @@ struct DemoOptions {
     /// How long the embedded server (or, with `--base-url`, the in-process user service) takes to
     /// answer: what decides whether callers overlap, and so what coalescing can save.
     var latency: Duration = .milliseconds(250)
+    /// Prints every event the library reports, as it happens.
+    var printsEvents = false
 
     static let usage = """
-        usage: coalescing-demo [--latency MS] [--no-coalescing | --compare] [--base-url URL]
+        usage: coalescing-demo [--latency MS] [--no-coalescing | --compare] [--base-url URL] [--events]
 
         Plays an app launch against a local HTTP server and shows what coalescing saves.
 
@@ -23,6 +25,8 @@ struct DemoOptions {
           --compare         run the launch with and without coalescing, and print both side by side
           --base-url URL    send the question requests to URL (e.g. https://api.stackexchange.com)
                             instead of the embedded server; the user is then served in-process
+          --events          print each event the library reports (work started, caller joined,
+                            work ended…) as it happens
           -h, --help        show this help
 
         Exits with status 1 if any caller failed, printing one line per failure to standard error.
@@ -41,6 +45,8 @@ struct DemoOptions {
                 coalescing = false
             case "--compare":
                 compare = true
+            case "--events":
+                printsEvents = true
             case "--latency":
                 guard let value = remaining.popFirst(), let milliseconds = Int(value),
                     (0...60_000).contains(milliseconds)

@@ -20,7 +20,7 @@ final class LaunchScript: Sendable {
     private let latency: Duration
     private let timeline: Timeline
     private let tally = Tally()
-    private let coalescers = Coalescers()
+    private let coalescers: Coalescers
     /// The embedded server, unless `--base-url` points elsewhere.
     private let server: FixtureHTTPServer?
     private let baseURL: URL
@@ -38,6 +38,7 @@ final class LaunchScript: Sendable {
     /// Creates the launch; with `quiet`, it prints no timeline.
     init(options: DemoOptions, coalescing: Bool, quiet: Bool = false) throws {
         self.coalescing = coalescing
+        coalescers = Coalescers(printsEvents: options.printsEvents && !quiet)
         latency = options.latency
         timeline = Timeline(quiet: quiet)
         let configuration = URLSessionConfiguration.ephemeral

@@ -81,6 +81,20 @@ final class DemoTests: XCTestCase {
         XCTAssertEqual(run.failureLines, [])
     }
 
+    func testEventsPrintsTheLibrarysEventStream() throws {
+        let run = try runDemo(["--latency", "1000", "--events"])
+
+        XCTAssertEqual(run.status, 0, run.standardError)
+        let events = run.standardOutput.split(separator: "\n").filter { $0.contains(" event  ") }
+        let started = events.filter { $0.contains("work started") }.count
+        let joined = events.filter { $0.contains("caller joined") }.count
+        // Nine callers go through managers (the tenth takes the prefetched page), each starting
+        // work or joining it, and every work started ends.
+        XCTAssertEqual(started + joined, 9, run.standardOutput)
+        XCTAssertEqual(events.filter { $0.contains("work ended") }.count, started, run.standardOutput)
+        XCTAssertEqual(started, 3, "with 1 s of latency every later caller overlaps: \(run.standardOutput)")
+    }
+
     func testCompareShowsBothLaunchesSideBySide() throws {
         let run = try runDemo(["--compare", "--latency", "1000"])
 
