@@ -23,8 +23,12 @@ let package = Package(
             dependencies: ["CoalescingOperations", "Examples", "FixtureHTTPServer"]
         ),
 
-        // Gates, recorders and queues that every test target shares.
-        .target(name: "TestSupport", dependencies: ["CoalescingOperations"], path: "Tests/TestSupport"),
+        // Gates, recorders and queues that every test target shares, and the one known
+        // ThreadSanitizer false positive the test binaries are told to ignore.
+        .target(
+            name: "TestSupport", dependencies: ["CoalescingOperations", "ThreadSanitizerSuppressions"],
+            path: "Tests/TestSupport"),
+        .target(name: "ThreadSanitizerSuppressions", path: "Tests/ThreadSanitizerSuppressions"),
 
         .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
         .testTarget(
