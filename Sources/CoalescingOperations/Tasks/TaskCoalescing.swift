@@ -124,14 +124,16 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
 
     /// Withdraws the caller in `slot`, unless the work's outcome was already decided (then the
     /// caller gets it) or the caller already withdrew.
-    @usableFromInline
+    @inlinable
     func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) {
         let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason) }
         if let withdrawal {
             withdrawal.abandonedTask?.cancel()
             withdrawal.continuation?.resume(throwing: reason.error)
         }
-        events?.drain()
+        if isObserved {
+            drainEvents()
+        }
     }
 
     /// Called by the work's own task when the work returns or throws.
@@ -258,11 +260,18 @@ extension TaskCoalescingCore {
     }
 
     /// What to do after a caller withdrew.
+    @usableFromInline
     struct Withdrawal {
         /// The caller's continuation, if it had parked; resumed with the withdrawal's error.
-        let continuation: Work.Continuation?
+        @usableFromInline let continuation: Work.Continuation?
         /// The work's task, to cancel because its last caller withdrew.
-        let abandonedTask: Task<Void, Never>?
+        @usableFromInline let abandonedTask: Task<Void, Never>?
+
+        @usableFromInline
+        init(continuation: Work.Continuation?, abandonedTask: Task<Void, Never>?) {
+            self.continuation = continuation
+            self.abandonedTask = abandonedTask
+        }
     }
 
     @usableFromInline
@@ -364,15 +373,34 @@ extension TaskCoalescingCore {
             return .waiting(work, slot: 0)
         }
 
+        @inlinable
         mutating func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) -> Withdrawal? {
             guard let (continuation, isLast) = work.withdraw(slot, reason: reason) else { return nil }
-            statistics.recordWithdrawal(reason)
-            events?.record(.callerWithdrawn(key: work.key, reason: reason))
+            Self.countWithdrawal(reason, in: &statistics)
+            if isObserved {
+                recordWithdrawal(of: work, reason: reason)
+            }
             guard isLast, work.whenAbandoned == .cancel else {
                 return Withdrawal(continuation: continuation, abandonedTask: nil)
             }
-            let ended = end(work, with: .failure(CancellationError()))
-            return Withdrawal(continuation: continuation, abandonedTask: ended.task)
+            return Withdrawal(continuation: continuation, abandonedTask: abandon(work))
+        }
+
+        /// Counted here, outside the inlined path, which cannot set the counters itself.
+        @usableFromInline
+        static func countWithdrawal(_ reason: WithdrawalReason, in statistics: inout CoalescingStatistics) {
+            statistics.recordWithdrawal(reason)
+        }
+
+        @usableFromInline
+        func recordWithdrawal(of work: Work, reason: WithdrawalReason) {
+            events?.record(.callerWithdrawn(key: work.key, reason: reason))
+        }
+
+        /// Cancels `work`, whose last caller withdrew; returns its task to cancel.
+        @usableFromInline
+        mutating func abandon(_ work: Work) -> Task<Void, Never>? {
+            end(work, with: .failure(CancellationError())).task
         }
 
         /// The work returned or threw: stores a prefetch's value for its consumer if none claimed
@@ -512,7 +540,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
     }
 
     @usableFromInline let key: Key
-    let whenAbandoned: AbandonedWorkPolicy
+    @usableFromInline let whenAbandoned: AbandonedWorkPolicy
     /// When the work started; only taken when an observer wants durations.
     let startedAt: ContinuousClock.Instant?
     @usableFromInline var phase: Phase
@@ -598,6 +626,7 @@ final class InFlightWork<Key: Hashable & Sendable, Value: Sendable>: @unchecked 
     /// Withdraws the caller in `slot` while the work runs. Returns its continuation if it had
     /// parked, and whether it was the last caller; nil if the outcome was already decided (the
     /// caller gets it) or the caller had already withdrawn.
+    @inlinable
     func withdraw(_ slot: Int, reason: WithdrawalReason) -> (Continuation?, isLast: Bool)? {
         guard case .running(let task, let callers, let priority) = phase else { return nil }
         let continuation: Continuation?
