@@ -9,20 +9,21 @@ import Foundation
 public struct OperationPriority: Hashable, Sendable {
     // Raw values, not Foundation's enums: those are resilient where Foundation is built for
     // library evolution (Linux today), and one resilient field makes every copy of the states that
-    // hold a priority go through value witnesses: +250 ns per join (BENCHMARKS.md).
-    @usableFromInline var queueLevel: Int
-    @usableFromInline var serviceLevel: Int
+    // hold a priority go through value witnesses: +250 ns per join (BENCHMARKS.md). One byte
+    // each (every raw value fits), so that a caller's slot stays 32 bytes.
+    @usableFromInline var queueLevel: Int8
+    @usableFromInline var serviceLevel: Int8
 
     /// The operation's place among the operations waiting on its queue.
     public var queuePriority: Operation.QueuePriority {
-        get { Operation.QueuePriority(rawValue: queueLevel) ?? .normal }
-        set { queueLevel = newValue.rawValue }
+        get { Operation.QueuePriority(rawValue: Int(queueLevel)) ?? .normal }
+        set { queueLevel = Int8(clamping: newValue.rawValue) }
     }
 
     /// The class of the thread the operation runs on.
     public var qualityOfService: QualityOfService {
-        get { QualityOfService(rawValue: serviceLevel) ?? .default }
-        set { serviceLevel = newValue.rawValue }
+        get { QualityOfService(rawValue: Int(serviceLevel)) ?? .default }
+        set { serviceLevel = Int8(clamping: newValue.rawValue) }
     }
 
     /// Creates a priority from its two knobs.
@@ -31,8 +32,8 @@ public struct OperationPriority: Hashable, Sendable {
     ///   - queuePriority: The place among waiting operations. Defaults to `.normal`.
     ///   - qualityOfService: The thread's class. Defaults to `.default`.
     public init(queuePriority: Operation.QueuePriority = .normal, qualityOfService: QualityOfService = .default) {
-        queueLevel = queuePriority.rawValue
-        serviceLevel = qualityOfService.rawValue
+        queueLevel = Int8(clamping: queuePriority.rawValue)
+        serviceLevel = Int8(clamping: qualityOfService.rawValue)
     }
 
     /// Reads an operation's current priority: its two getters, which a subclass may override.
@@ -147,7 +148,7 @@ struct PriorityTracker {
             if counts.isEmpty {
                 counts = Array(repeating: 0, count: 10)
             }
-            counts[min(max((priority.queueLevel + 8) / 4, 0), 4)] += count
+            counts[min(max((Int(priority.queueLevel) + 8) / 4, 0), 4)] += count
             counts[5 + priority.qualityOfService.urgency] += count
         }
 
@@ -156,7 +157,7 @@ struct PriorityTracker {
                 let service = (5..<10).last(where: { counts[$0] > 0 })
             else { return nil }
             var highest = OperationPriority(qualityOfService: Self.services[service - 5])
-            highest.queueLevel = queue * 4 - 8
+            highest.queueLevel = Int8(queue * 4 - 8)
             return highest
         }
     }
