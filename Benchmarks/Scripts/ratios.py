@@ -64,6 +64,12 @@ def rows():
                 "TaskCancelledWaiterLeaves/K=1000/bare-cancellable-wait",
                 "the seed-001 actor cannot: its waiter stays until the work ends"))
     out.append(("5 Cancelled waiter leaves", "bare cancellable wait (floor)", "TaskCancelledWaiterLeaves/K=1000/bare-cancellable-wait", None, "baseline"))
+    plain = "JoinControls/N=1000/plain"
+    out.append(("7 Join controls", "enqueue(identifier:…) with an observer", "JoinControls/N=1000/observer", plain, "an observer that does nothing"))
+    out.append(("7 Join controls", "enqueue(identifier:…) with a timeout", "JoinControls/N=1000/timeout", plain, "an hour off: never fires"))
+    out.append(("7 Join controls", "enqueue(identifier:…), neither", plain, None, "baseline"))
+    for kind, text in (("ours-inflight-observer", "with an observer"), ("ours-inflight-timeout", "with a timeout")):
+        out.append(("7 Join controls", f"InFlightTaskCoalescer {text}", f"TaskJoin/N=10000/{kind}", "TaskJoin/N=10000/ours-inflight", ""))
     return out
 
 
