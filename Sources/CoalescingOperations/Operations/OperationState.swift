@@ -354,10 +354,8 @@ enum OperationState<Value> {
     mutating func claim(_ admission: Admission) -> Bool {
         guard case .pending(let callers, nil) = self else { return false }
         // Callers that joined before the claim (through `value(of:)`, say) count from now on.
-        for case let entry? in callers.entries {
-            if let priority = entry.priority {
-                _ = admission.priority?.demand(priority)
-            }
+        for priority in callers.statedPriorities {
+            _ = admission.priority?.demand(priority)
         }
         self = .pending(callers, admission: admission)
         return true
