@@ -73,7 +73,12 @@ struct Callers<Value> {
         }
         entries.append(caller)
         if priority != nil || !priorities.isEmpty {
-            setPriority(priority, of: entries.count - 1)
+            if priorities.count == entries.count - 1 {
+                priorities.append(priority)
+            } else {
+                priorities.reserveCapacity(entries.capacity)
+                setPriority(priority, of: entries.count - 1)
+            }
         }
         live += 1
         return entries.count - 1

@@ -354,8 +354,10 @@ enum OperationState<Value> {
     mutating func claim(_ admission: Admission) -> Bool {
         guard case .pending(let callers, nil) = self else { return false }
         // Callers that joined before the claim (through `value(of:)`, say) count from now on.
-        for priority in callers.statedPriorities {
-            _ = admission.priority?.demand(priority)
+        if !callers.priorities.isEmpty {
+            for priority in callers.statedPriorities {
+                _ = admission.priority?.demand(priority)
+            }
         }
         self = .pending(callers, admission: admission)
         return true
