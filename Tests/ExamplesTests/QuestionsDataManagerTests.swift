@@ -11,7 +11,10 @@ import XCTest
 import FoundationNetworking
 #endif
 
-/// The networking example against a real HTTP server on 127.0.0.1, counting what reaches it.
+/// The networking example against a real HTTP server on 127.0.0.1, counting what reaches it:
+/// Guarantees 1 (identical requests reach the server once), 2 and 3 (each caller hears once, on
+/// its queue), 6 (cancelling the work) and 7 (a request after the finish is sent again) (see the
+/// Guarantees article), through a real `URLSession`.
 final class QuestionsDataManagerTests: XCTestCase {
     private typealias Fixtures = FixtureHTTPServer.Fixtures
 

@@ -9,6 +9,9 @@ import XCTest
 import FoundationNetworking
 #endif
 
+/// The local HTTP server that the example tests and the demo talk to: it is test equipment, so
+/// these check its own behaviour (routes, delays, held requests, counts), not a guarantee of the
+/// library; the tests that rely on it cite those.
 final class FixtureHTTPServerTests: XCTestCase {
     private typealias Fixtures = FixtureHTTPServer.Fixtures
 
