@@ -13,7 +13,8 @@ import FoundationNetworking
 
 /// The networking example against a real HTTP server on 127.0.0.1, counting what reaches it:
 /// Guarantees 1 (identical requests reach the server once), 2 and 3 (each caller hears once, on
-/// its queue), 6 (cancelling the work) and 7 (a request after the finish is sent again) (see the
+/// its queue), 5 (withdrawing; the last caller out cancels the data task), 7 (a request after the
+/// finish is sent again) and 11 (async callers) (see the
 /// Guarantees article), through a real `URLSession`.
 final class QuestionsDataManagerTests: XCTestCase {
     private typealias Fixtures = FixtureHTTPServer.Fixtures
