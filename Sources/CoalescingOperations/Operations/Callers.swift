@@ -182,12 +182,10 @@ extension ConcurrentOperation {
     static func tell(_ caller: Caller<Value>, _ error: Error) {
         let failure = Result<Value, Error>.failure(error)
         switch caller {
-        case .handler:
-            var delivery = Delivery<Value>()
-            var callers = Callers<Value>()
-            _ = callers.add(caller, priority: nil)
-            _ = delivery.add(callers)
-            delivery.deliver(failure)
+        case .handler(let handler, queue: let queue?):
+            queue.addOperation(DeliveryOperation { handler(failure) })
+        case .handler(let handler, queue: nil):
+            handler(failure)
         case .operation(let operation):
             if var settlement = operation.state.withLock({ $0.decide() }) {
                 // Its host has already dropped it: that is how it came to be told.

@@ -42,9 +42,6 @@ public struct OperationPriority: Hashable, Sendable {
         self.init(queuePriority: operation.queuePriority, qualityOfService: operation.qualityOfService)
     }
 
-    /// The least urgent priority: what a caller that states none asks for.
-    public static let lowest = OperationPriority(queuePriority: .veryLow, qualityOfService: .background)
-
     /// Each knob at the more urgent of the two values.
     func raised(to other: OperationPriority) -> OperationPriority {
         var raised = self

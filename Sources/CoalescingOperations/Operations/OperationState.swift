@@ -80,7 +80,8 @@ enum OperationState<Value> {
         switch self {
         case .pending(let callers, let admission):
             // Priority stops mattering once the work runs.
-            self = .executing(callers, admission: admission?.started())
+            admission?.priority = nil
+            self = .executing(callers, admission: admission)
             return .run
         case .settledBeforeStart:
             self = .finished(leftHost: nil)
@@ -438,11 +439,6 @@ final class Admission {
         self.priority = priority
     }
 
-    /// Drops the priority, which stops mattering once the work runs.
-    func started() -> Admission {
-        priority = nil
-        return self
-    }
 }
 
 /// How a manager finds the index entry, statistics and observer that the work belongs to.

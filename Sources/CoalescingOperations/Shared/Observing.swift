@@ -61,6 +61,7 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
         }
     }
 
+    @usableFromInline
     mutating func recordWithdrawal(_ reason: WithdrawalReason) {
         switch reason {
         case .withdrawn: callersWithdrawn += 1

@@ -24,10 +24,11 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     }
 
     @usableFromInline let state: LockedState<State>
-    private let events: EventChannel<Key>?
-    /// Whether an observer wants events: read on the inlined join path, which cannot name the
-    /// channel itself.
-    @usableFromInline let isObserved: Bool
+    @usableFromInline let events: EventChannel<Key>?
+
+    /// Whether an observer wants events.
+    @inlinable
+    var isObserved: Bool { events != nil }
 
     /// - Parameters:
     ///   - prefetchTimeout: How long a prefetched result is kept; nil for a coalescer that never
@@ -41,7 +42,6 @@ final class TaskCoalescingCore<Key: Hashable & Sendable, Value: Sendable>: Senda
     ) {
         let events = observer.map(EventChannel.init)
         self.events = events
-        isObserved = events != nil
         state = LockedState(State(events: events, prefetchTimeout: prefetchTimeout ?? .zero, now: now))
     }
 
@@ -285,8 +285,11 @@ extension TaskCoalescingCore {
         /// The earliest expiry among `stored`, or later; nil when nothing is stored.
         @usableFromInline var nextExpiry: ContinuousClock.Instant?
         @usableFromInline var statistics = CoalescingStatistics()
-        let events: EventChannel<Key>?
-        @usableFromInline let isObserved: Bool
+        @usableFromInline let events: EventChannel<Key>?
+
+        /// Whether an observer wants events.
+        @inlinable
+        var isObserved: Bool { events != nil }
         let prefetchTimeout: Duration
         let now: @Sendable () -> ContinuousClock.Instant
 
@@ -295,7 +298,6 @@ extension TaskCoalescingCore {
             now: @escaping @Sendable () -> ContinuousClock.Instant
         ) {
             self.events = events
-            isObserved = events != nil
             self.prefetchTimeout = prefetchTimeout
             self.now = now
         }
@@ -318,7 +320,7 @@ extension TaskCoalescingCore {
             }
             if let work = index[key] {
                 let slot = work.join(as: role, priority: callerPriority, escalating: &escalation)
-                Self.countJoin(&statistics)
+                statistics.recordJoin()
                 if isObserved {
                     recordJoin(of: work, escalatedTo: escalation == nil ? nil : callerPriority)
                 }
@@ -326,12 +328,6 @@ extension TaskCoalescingCore {
             }
             return start(
                 key: key, as: role, startPriority: startPriority, whenAbandoned: whenAbandoned, startTask: startTask)
-        }
-
-        /// Counted here, outside the inlined join path, which cannot set the counters itself.
-        @usableFromInline
-        static func countJoin(_ statistics: inout CoalescingStatistics) {
-            statistics.callersJoined += 1
         }
 
         @usableFromInline
@@ -376,7 +372,7 @@ extension TaskCoalescingCore {
         @inlinable
         mutating func withdraw(_ work: Work, slot: Int, reason: WithdrawalReason) -> Withdrawal? {
             guard let (continuation, isLast) = work.withdraw(slot, reason: reason) else { return nil }
-            Self.countWithdrawal(reason, in: &statistics)
+            statistics.recordWithdrawal(reason)
             if isObserved {
                 recordWithdrawal(of: work, reason: reason)
             }
@@ -384,12 +380,6 @@ extension TaskCoalescingCore {
                 return Withdrawal(continuation: continuation, abandonedTask: nil)
             }
             return Withdrawal(continuation: continuation, abandonedTask: abandon(work))
-        }
-
-        /// Counted here, outside the inlined path, which cannot set the counters itself.
-        @usableFromInline
-        static func countWithdrawal(_ reason: WithdrawalReason, in statistics: inout CoalescingStatistics) {
-            statistics.recordWithdrawal(reason)
         }
 
         @usableFromInline
