@@ -3,7 +3,7 @@ import XCTest
 
 @testable import CoalescingOperations
 
-/// Guarantees 2, 5, 6, 18 and 19 (see the Guarantees article) in the state machine behind every
+/// Guarantees 2, 5, 6, 9, 10, 18 and 19 (see the Guarantees article) in the state machine behind every
 /// operation, on its own: no queue, no threads, each transition and the action it returns.
 final class OperationStateTests: XCTestCase {
     private typealias State = OperationState<Int>
@@ -24,7 +24,9 @@ final class OperationStateTests: XCTestCase {
 
         XCTAssertEqual(state.decide()?.callers.live, 1)
         XCTAssertNil(state.decide(), "only the first decision wins")
-        guard case .finish(let keys) = state.settled() else { return XCTFail("an executing operation finishes") }
+        guard case .finish(let keys, neverRan: false) = state.settled() else {
+            return XCTFail("an executing operation finishes")
+        }
         XCTAssertEqual(keys, ["isExecuting", "isFinished"])
         state.markFinished()
         XCTAssertTrue(state.isFinished)
@@ -45,10 +47,27 @@ final class OperationStateTests: XCTestCase {
     func testAStartWhileTheResultIsHandedOutLeavesTheFinishToSettling() {
         var state = State(caller: Self.handler())
         XCTAssertNotNil(state.decide())
-        guard case .none = state.start() else { return XCTFail("main() must not run for a decided result") }
+        guard case .finishBySettling = state.start() else { return XCTFail("main() must not run for a decided result") }
         XCTAssertTrue(state.isExecuting)
-        guard case .finish(let keys) = state.settled() else { return XCTFail("settling finishes it") }
+        guard case .finish(let keys, _) = state.settled() else { return XCTFail("settling finishes it") }
         XCTAssertEqual(keys, ["isExecuting", "isFinished"])
+    }
+
+    func testAnOperationCancelledBeforeAnythingClaimedItIsHandedToAQueueOnceAndFinishesThereWithoutRunning() {
+        var state = State(caller: Self.handler())
+        XCTAssertNotNil(state.decide())
+        XCTAssertFalse(state.claim(Self.admission()), "a decided operation is never claimed as work")
+        XCTAssertTrue(state.claimDecidedBeforeEnqueue())
+        XCTAssertFalse(state.claimDecidedBeforeEnqueue(), "it reaches a queue once")
+        guard case .awaitStart = state.settled() else { return XCTFail("the queue's start() finishes it") }
+        guard case .finishWithoutRunning = state.start() else { return XCTFail("main() must not run") }
+
+        var queued = State(caller: Self.handler())
+        XCTAssertTrue(queued.claim(Self.admission()))
+        XCTAssertNotNil(queued.decide())
+        XCTAssertFalse(queued.claimDecidedBeforeEnqueue(), "an operation already on a queue is not added again")
+        var open = State(caller: Self.handler())
+        XCTAssertFalse(open.claimDecidedBeforeEnqueue(), "an open operation is claimed as work instead")
     }
 
     func testWithdrawingRemovesACallerOnceAndTheLastOneAbandonsTheWork() {
@@ -109,7 +128,9 @@ final class OperationStateTests: XCTestCase {
         }
         XCTAssertTrue(settlement.host?.operation === host)
         XCTAssertEqual(settlement.host?.slot, 3)
-        guard case .finish(let keys) = state.settled() else { return XCTFail("an absorbed operation finishes") }
+        guard case .finish(let keys, neverRan: true) = state.settled() else {
+            return XCTFail("an absorbed operation finishes, and lets go of its dependencies first")
+        }
         XCTAssertEqual(keys, ["isFinished"])
     }
 

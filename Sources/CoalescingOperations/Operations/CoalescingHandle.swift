@@ -11,7 +11,8 @@ public struct CoalescingHandle<Value>: Sendable {
         /// Identical work was in flight: this caller joined it, and no new work was queued.
         case joinedWork
         /// The operation was not fresh (already enqueued, absorbed, started, finished or
-        /// cancelled), so nothing changed; the handle still refers to its existing caller.
+        /// cancelled), so nothing changed; the handle still refers to its existing caller. One
+        /// cancelled before it was ever enqueued is added to the queue to finish without running.
         case ignored
     }
 

@@ -95,8 +95,14 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         let action = postingChanges(to: LifecycleKey.executingAndFinished) {
             state.withLock { $0.start() }
         }
-        if case .run = action {
+        switch action {
+        case .run:
             main()
+        case .finishWithoutRunning, .finishBySettling:
+            // Its queue may release it as soon as it is finished; this call still holds it.
+            releaseDependencies()
+        case .none:
+            break
         }
     }
 
@@ -151,9 +157,36 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// queue has not started the operation yet.
     @usableFromInline
     final func finishLifecycle() {
-        if case .finish(let keys) = state.withLock({ $0.settled() }) {
+        if case .finish(let keys, let neverRan) = state.withLock({ $0.settled() }) {
+            if neverRan {
+                // Whoever holds it (its host's settlement, or the caller that cancelled it) lets
+                // go of it once it is finished.
+                releaseDependencies()
+            }
             postingChanges(to: keys) { state.withLock { $0.markFinished() } }
         }
+    }
+
+    /// Removes the dependencies of an operation that finishes without running.
+    ///
+    /// swift-corelibs-foundation keeps a dependency's dependents unretained, and reaches each of
+    /// them when the dependency finishes: an operation released before that crashes the process
+    /// then. A queue keeps an operation it runs alive until it finishes, and never starts it
+    /// before its dependencies have finished; an operation that finishes without running (absorbed,
+    /// or decided before its start) has no such guarantee, so it unregisters first. Foundation
+    /// unregisters under the dependency's lock, the lock under which a finishing dependency picks
+    /// its dependents, so no dependency can reach the operation afterwards.
+    final func releaseDependencies() {
+        for dependency in dependencies {
+            removeDependency(dependency)
+        }
+    }
+
+    /// Claims for a queue an operation cancelled before it was enqueued, so that the queue
+    /// finishes it, without running it, and what depends on it runs. False for any other
+    /// operation, and the second time.
+    final func claimIfDecidedBeforeEnqueue() -> Bool {
+        state.withLock { $0.claimDecidedBeforeEnqueue() }
     }
 
     /// Wraps a state change in KVO notifications, posted with no lock held: Foundation reads the

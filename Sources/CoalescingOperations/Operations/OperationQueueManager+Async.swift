@@ -31,7 +31,10 @@ extension OperationQueueManager {
     ) async throws -> Value {
         try await awaitResult { handler in
             let joined = operation.state.withLock { $0.join(.handler(handler, queue: nil), priority: nil) }
-            guard case .joined(let slot, _, _) = joined else { return nil }
+            guard case .joined(let slot, _, _) = joined else {
+                handOverIfCancelledBeforeEnqueue(operation)
+                return nil
+            }
             let handle = CoalescingHandle(enqueue(operation: operation).admission, operation: operation, slot: slot)
             if let timeout {
                 handle.withdraw(after: timeout)

@@ -95,7 +95,8 @@ public final class OperationQueueManager: @unchecked Sendable {
     /// - Otherwise `operation` is added to ``queue``.
     /// - An operation that is not fresh (already enqueued here or in another manager, absorbed,
     ///   started, finished or cancelled) is left as it is: it is never added twice, and its handler
-    ///   still runs exactly once.
+    ///   still runs exactly once. One cancelled before it was ever enqueued is added to ``queue``
+    ///   all the same, which finishes it without calling `main()`, so that what depends on it runs.
     ///
     /// - Parameters:
     ///   - operation: A new operation.
@@ -144,6 +145,8 @@ public final class OperationQueueManager: @unchecked Sendable {
             if let stallThreshold {
                 watchForStall(operation, after: stallThreshold)
             }
+        } else if admission == .ignored {
+            handOverIfCancelledBeforeEnqueue(operation)
         }
         applying?.applyPriority()
         events?.drain()
@@ -234,6 +237,7 @@ public final class OperationQueueManager: @unchecked Sendable {
         guard case .joined(let slot, _, _) = operation.state.withLock({ $0.join(caller, priority: priority) }) else {
             // `makeOperation` returned an operation that already finished or was cancelled.
             ConcurrentOperation<Value>.tell(caller, ConcurrentOperationError.cancelled)
+            handOverIfCancelledBeforeEnqueue(operation)
             return CoalescingHandle(.ignored, operation: nil, slot: nil)
         }
         let admission = enqueue(operation: operation).admission
@@ -255,8 +259,21 @@ public final class OperationQueueManager: @unchecked Sendable {
         } else if let concurrent = operation as? any QueueClaimable {
             if concurrent.claimForQueue() {
                 queue.addOperation(operation)
+            } else {
+                handOverIfCancelledBeforeEnqueue(operation)
             }
         } else if !operation.isFinished && !operation.isExecuting {
+            queue.addOperation(operation)
+        }
+    }
+
+    /// Adds an operation cancelled before it was ever enqueued to ``queue``, once: Foundation then
+    /// finishes it without calling `main()`, as a plain `OperationQueue` does, so that operations
+    /// depending on it run, and it unregisters from its own dependencies as it finishes. Its
+    /// callers have already heard `.cancelled`; nothing else counts it.
+    @usableFromInline
+    func handOverIfCancelledBeforeEnqueue(_ operation: Operation) {
+        if let concurrent = operation as? any QueueClaimable, concurrent.claimIfDecidedBeforeEnqueue() {
             queue.addOperation(operation)
         }
     }
@@ -430,6 +447,7 @@ extension CoalescibleOperation: ManagerEnqueueable {
 /// twice.
 protocol QueueClaimable: Operation {
     func claimForQueue() -> Bool
+    func claimIfDecidedBeforeEnqueue() -> Bool
 }
 
 extension ConcurrentOperation: QueueClaimable {

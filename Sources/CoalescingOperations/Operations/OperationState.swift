@@ -29,8 +29,9 @@ enum OperationState<Value> {
     /// The result is decided and on its way to the callers.
     case settling(Stage)
     /// Every caller has been handed the result, before the queue started the operation: `start()`
-    /// finishes it without calling `main()`.
-    case settledBeforeStart
+    /// finishes it without calling `main()`. `queued` says whether a queue or a manager claimed
+    /// it, so that one cancelled before it was enqueued can still be handed to a queue, once.
+    case settledBeforeStart(queued: Bool)
     /// Done, as far as Foundation is concerned. `leftHost` remembers why an absorbed operation
     /// left its host's work by itself, for a host that is settling at that moment and counts it.
     case finished(leftHost: WithdrawalReason?)
@@ -43,8 +44,9 @@ enum OperationState<Value> {
     /// Where the lifecycle stood when the result was decided.
     @usableFromInline
     enum Stage {
-        /// Not started: settling leaves it to `start()` to finish the operation.
-        case notStarted
+        /// Not started: settling leaves it to `start()` to finish the operation. `queued` as in
+        /// ``OperationState/settledBeforeStart(queued:)``.
+        case notStarted(queued: Bool)
         /// Started by its queue: settling moves it from executing to finished.
         case executing
         /// Absorbed: it was never started, and settling finishes it. `leaving` says why it left its
@@ -71,8 +73,10 @@ enum OperationState<Value> {
         case run
         /// The result was handed out before the start: post the change to finished.
         case finishWithoutRunning
-        /// Already started, absorbed or finished, or still handing out a result decided before the
-        /// start (settling then finishes it).
+        /// The result was decided before the start and is still being handed out: settling
+        /// finishes the operation, which never runs.
+        case finishBySettling
+        /// Already started, absorbed or finished.
         case none
     }
 
@@ -88,7 +92,7 @@ enum OperationState<Value> {
             return .finishWithoutRunning
         case .settling(.notStarted):
             self = .settling(.executing)
-            return .none
+            return .finishBySettling
         case .executing, .absorbed, .settling(.executing), .settling(.absorbed), .finished:
             return .none
         case .modifying:
@@ -111,20 +115,21 @@ enum OperationState<Value> {
     enum SettledAction {
         /// Nothing yet: `start()` will finish the operation.
         case awaitStart
-        /// Post these lifecycle keys around ``markFinished()``.
-        case finish([String])
+        /// Post these lifecycle keys around ``markFinished()``; first, if the operation never ran
+        /// (it was absorbed), let go of its dependencies.
+        case finish([String], neverRan: Bool)
     }
 
     /// Records that the decided result has been handed to every caller.
     mutating func settled() -> SettledAction {
         switch self {
-        case .settling(.notStarted):
-            self = .settledBeforeStart
+        case .settling(.notStarted(let queued)):
+            self = .settledBeforeStart(queued: queued)
             return .awaitStart
         case .settling(.executing):
-            return .finish(LifecycleKey.executingAndFinished)
+            return .finish(LifecycleKey.executingAndFinished, neverRan: false)
         case .settling(.absorbed):
-            return .finish(LifecycleKey.finishedOnly)
+            return .finish(LifecycleKey.finishedOnly, neverRan: true)
         case .pending, .executing, .absorbed, .settledBeforeStart, .finished, .modifying:
             preconditionFailure("OperationState: settled while \(self.name); only a decided result settles, once")
         }
@@ -151,7 +156,7 @@ enum OperationState<Value> {
     mutating func decide() -> Settlement<Value>? {
         switch self {
         case .pending(let callers, let admission):
-            self = .settling(.notStarted)
+            self = .settling(.notStarted(queued: admission != nil))
             return Settlement(callers: callers, registration: admission?.registration, host: nil)
         case .executing(let callers, let admission):
             self = .settling(.executing)
@@ -297,7 +302,7 @@ enum OperationState<Value> {
         let stage: Stage
         switch self {
         case .pending(_, let pending):
-            (admission, stage) = (pending, .notStarted)
+            (admission, stage) = (pending, .notStarted(queued: pending != nil))
         case .executing(_, let executing):
             (admission, stage) = (executing, .executing)
         case .absorbed, .settling, .settledBeforeStart, .finished, .modifying:
@@ -362,6 +367,22 @@ enum OperationState<Value> {
         }
         self = .pending(callers, admission: admission)
         return true
+    }
+
+    /// Claims for a queue an operation whose result was decided before anything claimed it (it was
+    /// cancelled before it was enqueued), so that the queue finishes it without running it and
+    /// whatever depends on it runs. False for any other operation, and the second time.
+    mutating func claimDecidedBeforeEnqueue() -> Bool {
+        switch self {
+        case .settling(.notStarted(queued: false)):
+            self = .settling(.notStarted(queued: true))
+            return true
+        case .settledBeforeStart(queued: false):
+            self = .settledBeforeStart(queued: true)
+            return true
+        case .pending, .executing, .absorbed, .settling, .settledBeforeStart, .finished, .modifying:
+            return false
+        }
     }
 
     /// Whether the operation is untouched and may be absorbed: pending, not claimed by a queue,
