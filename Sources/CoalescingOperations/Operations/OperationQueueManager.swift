@@ -62,8 +62,11 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///     manager. Without one, nothing is recorded.
     ///   - stallThreshold: Reports work still in flight this long after it started while callers
     ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
-    ///     observer, or as a line on standard error when there is none. Defaults to the
-    ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
+    ///     observer, or as a line on standard error when there is none. Zero or negative checks at
+    ///     once; a threshold longer than anything schedulable (about 292 years) never reports.
+    ///     Defaults to the environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, a number of
+    ///     seconds, zero or more (`0.5` works); any other value (not a number, negative, infinite)
+    ///     is ignored, with one line on standard error the first time a manager reads it.
     public init(
         queue: OperationQueue = OperationQueue(),
         observer: Observer? = nil,
@@ -71,10 +74,7 @@ public final class OperationQueueManager: @unchecked Sendable {
     ) {
         self.queue = queue
         self.events = observer.map(EventChannel.init)
-        self.stallThreshold =
-            stallThreshold
-            ?? ProcessInfo.processInfo.environment["COALESCING_STALL_THRESHOLD_SECONDS"]
-            .flatMap(Double.init).map { .milliseconds(Int64($0 * 1000)) }
+        self.stallThreshold = stallThreshold ?? environmentStallThreshold
     }
 
     /// What the manager has done since it was created: work started and how it ended, callers who
@@ -102,7 +102,8 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///   - operation: A new operation.
     ///   - timeout: How long this caller waits at most. When it passes first, this caller alone is
     ///     withdrawn and receives `.failure(CoalescingError.timedOut)`; nil, the default, waits for
-    ///     the work however long it takes, and costs nothing.
+    ///     the work however long it takes, and costs nothing. Zero or negative passes at once; a
+    ///     timeout longer than anything schedulable (about 292 years) never passes, as if nil.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
     @inlinable @discardableResult  // Specialized in the caller's module: see BENCHMARKS.md.
     public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<
@@ -416,6 +417,27 @@ public final class OperationQueueManager: @unchecked Sendable {
         guard let entry = index.withLock({ $0.inFlight[key] }) else { return 0 }
         return unsafeDowncast(entry, to: CoalescibleOperation<Value>.self).state.withLock { $0.callerCount }
     }
+}
+
+/// The stall threshold `COALESCING_STALL_THRESHOLD_SECONDS` asks for, read once, by the first
+/// manager created without one: an app's environment never changes what it means, and an unusable
+/// value is reported once, not by every manager.
+let environmentStallThreshold = stallThreshold(
+    fromEnvironmentValue: ProcessInfo.processInfo.environment["COALESCING_STALL_THRESHOLD_SECONDS"])
+
+/// Reads a stall threshold in seconds. An environment variable must never stop the app: a value
+/// that is not a finite number of seconds, zero or more, is ignored with one line on standard error.
+func stallThreshold(fromEnvironmentValue value: String?) -> Duration? {
+    guard let value else { return nil }
+    guard let seconds = Double(value.trimmingCharacters(in: .whitespaces)), seconds.isFinite, seconds >= 0 else {
+        let line =
+            "CoalescingOperations: ignoring COALESCING_STALL_THRESHOLD_SECONDS=\"\(value)\": "
+            + "it must be a number of seconds, zero or more\n"
+        FileHandle.standardError.write(Data(line.utf8))
+        return nil
+    }
+    // Far beyond anything schedulable, which means never, and small enough to convert exactly.
+    return .seconds(min(seconds, 1e15))
 }
 
 /// What makes two coalescible operations the same work: their identifier and their `Value` type.

@@ -26,8 +26,22 @@ public enum AbandonedWorkPolicy: Sendable, Equatable {
 ///
 /// Nothing is scheduled for callers that set no timeout, so they pay nothing for the feature. The
 /// action is never cancelled: it must find out for itself whether its caller is still waiting.
+/// A zero or negative `timeout` runs it at once (on that queue); one longer than anything a
+/// dispatch deadline can hold (about 292 years) means never, and schedules nothing.
 func schedule(after timeout: Duration, _ action: @escaping @Sendable () -> Void) {
-    let (seconds, attoseconds) = timeout.components
-    let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds) / 1_000_000_000
-    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)), execute: action)
+    guard let nanoseconds = timeout.schedulableNanoseconds else { return }
+    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds), execute: action)
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds for a dispatch deadline: 0 when zero or negative, nil
+    /// when too long for one, which callers take as "never".
+    var schedulableNanoseconds: Int? {
+        guard self > .zero else { return 0 }
+        let (seconds, attoseconds) = components
+        let (whole, overflowed) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, overflowedAgain) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        guard !overflowed, !overflowedAgain else { return nil }
+        return Int(exactly: total)
+    }
 }

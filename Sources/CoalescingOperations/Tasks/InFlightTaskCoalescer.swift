@@ -58,7 +58,8 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     Defaults to the caller's.
     ///   - name: A name for that task, shown by debuggers (Swift 6.2 and later).
     ///   - timeout: How long this caller waits at most; nil waits for the outcome. When it
-    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``.
+    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``. Zero or
+    ///     negative passes at once; longer than anything schedulable (about 292 years), never.
     ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call
     ///     starts it: ``AbandonedWorkPolicy/cancel`` (the default) or
     ///     ``AbandonedWorkPolicy/runToCompletion``, for a write or an upload that must finish.

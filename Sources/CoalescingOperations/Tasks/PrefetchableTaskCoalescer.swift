@@ -70,7 +70,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///     Defaults to the caller's.
     ///   - name: A name for that task, shown by debuggers (Swift 6.2 and later).
     ///   - timeout: How long this caller waits at most; nil waits for the outcome. When it
-    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``.
+    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``. Zero or
+    ///     negative passes at once; longer than anything schedulable (about 292 years), never.
     ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call
     ///     starts it. Ignored when this caller joins work in flight.
     ///   - operation: The work, run in a detached task of its own if this call starts it.
@@ -109,7 +110,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///     Defaults to the caller's.
     ///   - name: A name for that task, shown by debuggers (Swift 6.2 and later).
     ///   - timeout: How long this caller waits at most; nil waits for the outcome. When it
-    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``; the work,
+    ///     passes, this caller alone withdraws and throws ``CoalescingError/timedOut``. Zero or
+    ///     negative passes at once; longer than anything schedulable (about 292 years), never; the work,
     ///     if others still wait or it runs to completion, still stores its result.
     ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call
     ///     starts it. ``AbandonedWorkPolicy/runToCompletion`` keeps prefetching, and stores the
