@@ -202,15 +202,28 @@ private struct Plan {
         var fromEvents = CoalescingStatistics()
         for event in events {
             switch event {
-            case .workStarted: fromEvents.workStarted += 1
-            case .callerJoined: fromEvents.callersJoined += 1
-            case .callerWithdrawn(_, let reason): fromEvents.recordWithdrawal(reason)
-            case .workEnded(_, let outcome, let served, _): fromEvents.recordEnd(outcome, callersServed: served)
+            // Every task work starts with the caller that started it.
+            case .workStarted:
+                fromEvents.workStarted += 1
+                fromEvents.callersArrived += 1
+            case .callerJoined:
+                fromEvents.callersJoined += 1
+                fromEvents.callersArrived += 1
+            case .callerWithdrawn(_, .withdrawn): fromEvents.callersWithdrawn += 1
+            case .callerWithdrawn(_, .timedOut): fromEvents.callersTimedOut += 1
+            case .workEnded(_, let outcome, let served, _):
+                fromEvents.callersServed += served
+                switch outcome {
+                case .succeeded: fromEvents.workSucceeded += 1
+                case .failed: fromEvents.workFailed += 1
+                case .cancelled: fromEvents.workCancelled += 1
+                }
             case .priorityChanged, .workStalled: break
             }
         }
         let takenFromStore = statistics.callersJoined - fromEvents.callersJoined
         fromEvents.callersJoined += takenFromStore
+        fromEvents.callersArrived += takenFromStore
         fromEvents.callersServed += takenFromStore
         return fromEvents
     }

@@ -40,16 +40,13 @@ import Foundation
 /// All callers receive the same `Value` instance. If `Value` is a class with mutable state, making
 /// it safe to share between their queues is up to you.
 open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
-    // @unchecked: every mutable property lives in `state`, guarded by its lock; the rest is `let`.
+    // @unchecked: every mutable property lives in `lifecycle`, guarded by its lock; the rest is `let`.
 
     /// The queue the completion handler runs on; nil runs it on the thread that finishes the
     /// operation.
     public let callBackQueue: OperationQueue?
 
-    @usableFromInline let state: LockedState<OperationState<Value>>
-
-    /// The slot of the operation's own completion handler among its callers.
-    @usableFromInline let ownCallerSlot: Int?
+    @usableFromInline let lifecycle: LockedState<Lifecycle<Value>>
 
     /// Creates an operation that calls `completionHandler` once with its result.
     ///
@@ -66,25 +63,27 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         // Inlinable, so that it is specialized in the caller's module: generic, it cost every
         // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
         self.callBackQueue = callBackQueue
-        self.ownCallerSlot = completionHandler == nil ? nil : 0
-        self.state = LockedState(OperationState(caller: completionHandler.map { .handler($0, queue: callBackQueue) }))
+        let own = completionHandler.map { Caller<Value>.handler($0, queue: callBackQueue) }
+        lifecycle = LockedState(.idle(.own(own), onQueue: false))
         super.init()
     }
-
-    // MARK: Foundation's view
 
     /// Always true: the operation ends when ``finish(result:)`` is called, not when ``main()``
     /// returns.
     public final override var isAsynchronous: Bool { true }
 
     /// Whether the queue has started the operation and it has not finished.
-    public final override var isExecuting: Bool { state.withLock { $0.isExecuting } }
+    public final override var isExecuting: Bool {
+        lifecycle.withLock { if case .executing = $0 { true } else { false } }
+    }
 
     /// Whether the operation is done, as far as its queue is concerned.
     ///
     /// A queued operation turns finished only after its queue has started it, even when its
     /// result was decided earlier by ``cancel()``.
-    public final override var isFinished: Bool { state.withLock { $0.isFinished } }
+    public final override var isFinished: Bool {
+        lifecycle.withLock { if case .finished = $0 { true } else { false } }
+    }
 
     /// Starts the operation: calls ``main()``, or finishes at once if the result is already
     /// decided (cancelled before start). A second call does nothing.
@@ -92,12 +91,27 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Queues call this; call it yourself only for an operation that is on no queue.
     public final override func start() {
         // The state may move to executing or straight to finished; announce both around the change.
-        let action = postingChanges(to: LifecycleKey.executingAndFinished) {
-            state.withLock { $0.start() }
+        let step = postingChanges(to: ["isExecuting", "isFinished"]) {
+            lifecycle.withLock { lifecycle -> StartStep in
+                switch lifecycle {
+                case .idle(let link, _):
+                    lifecycle = .executing(link)
+                    if case .work(let engine, let work, _) = link { return .run(engine, work) }
+                    return .run(nil, nil)
+                case .decidedBeforeStart:
+                    lifecycle = .finished
+                    return .none
+                case .executing, .riding, .finished:
+                    return .none
+                }
+            }
         }
-        if case .run = action {
-            main()
+        guard case .run(let engine, let work) = step else { return }
+        // From here the work's priority stays as it is; work decided meanwhile does not run.
+        if let engine, let work, !engine.begin(work) {
+            return
         }
+        main()
     }
 
     /// Starts the work. Override it, and make sure every path ends in ``finish(result:)``.
@@ -118,8 +132,13 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - Parameter result: The value, or the error, every caller receives.
     @inlinable
     public final func finish(result: Result<Value, Error>) {
-        if let settlement = state.withLock({ $0.decide() }) {
-            settle(settlement, with: result)
+        switch lifecycle.withLock({ $0 }) {
+        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
+            engine.settle(work, with: result)
+        case .idle(.own, _), .executing(.own), .riding:
+            decideAlone(result)
+        case .decidedBeforeStart, .finished:
+            break
         }
     }
 
@@ -134,41 +153,85 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
     ///   its caller only; see ``CoalescibleOperation``.
     open override func cancel() {
-        // Three steps, in this order. Deciding the result comes before Foundation hears of the
-        // cancellation: `super.cancel()` makes an operation that waits on dependencies ready, and
-        // its queue may start it at once on another thread, where `start()` must find the result
-        // decided and not call `main()`. Settling comes after: Foundation ignores `cancel()` on an
-        // operation that reports finished, and running work must see `isCancelled` before any
-        // caller hears `.cancelled`.
-        let settlement = state.withLock { $0.decide() }
-        super.cancel()
-        if let settlement {
-            settle(settlement, with: .failure(ConcurrentOperationError.cancelled))
+        switch lifecycle.withLock({ $0 }) {
+        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
+            // Three steps, in this order. Deciding comes before Foundation hears of it:
+            // `super.cancel()` makes an operation that waits on dependencies ready, and its queue
+            // may start it at once on another thread, where `start()` must find the work decided.
+            // Serving comes after: running work sees `isCancelled` before any caller hears.
+            let effects = engine.state.withLock { $0.end(work, with: .failure(engine.cancellation), stopping: false) }
+            super.cancel()
+            engine.carryOut(effects)
+        case .riding(let engine, let work, let slot, _):
+            super.cancel()
+            engine.withdraw(work, slot: slot, reason: .withdrawn)
+        case .idle(.own, _), .executing(.own):
+            decideAlone(.failure(ConcurrentOperationError.cancelled), cancelling: true)
+        case .decidedBeforeStart, .finished:
+            break
         }
     }
 
-    /// Finishes the lifecycle once every caller has the result, or leaves it to `start()` if the
-    /// queue has not started the operation yet.
+    /// Decides the result of an operation that no engine holds: it serves its own caller. An
+    /// absorbed operation deciding by itself leaves the work it rode on, with its own result.
     @usableFromInline
-    final func finishLifecycle() {
-        if case .finish(let keys) = state.withLock({ $0.settled() }) {
-            postingChanges(to: keys) { state.withLock { $0.markFinished() } }
+    final func decideAlone(_ result: Result<Value, Error>, cancelling: Bool = false) {
+        if cancelling, case .executing = lifecycle.withLock({ $0 }) {
+            // Running work sees `isCancelled` before its caller hears; Foundation ignores a
+            // cancel once the operation reports finished.
+            super.cancel()
+        }
+        // The lifecycle moves (or not) in one step, so that a cancel racing a finish decides once.
+        let decision = postingChanges(to: ["isExecuting", "isFinished"]) {
+            lifecycle.withLock { lifecycle -> LoneDecision<Value> in
+                switch lifecycle {
+                case .idle(.own(let own), let onQueue):
+                    lifecycle = .decidedBeforeStart(onQueue: onQueue)
+                    return .own(own)
+                case .executing(.own(let own)):
+                    lifecycle = .finished
+                    return .own(own)
+                case .riding(let engine, let work, let slot, let own):
+                    lifecycle = .finished
+                    return .leave(engine, work, slot: slot, own: own)
+                case .idle(.work, _), .executing(.work), .decidedBeforeStart, .finished:
+                    return .none
+                }
+            }
+        }
+        if cancelling {
+            // After deciding: an operation waiting on dependencies turns ready, and its queue may
+            // start it at once, where `start()` must find it decided.
+            super.cancel()
+        }
+        switch decision {
+        case .own(let own):
+            releaseDependenciesIfUnqueued()
+            own?.tell(result)
+        case .leave(let engine, let work, let slot, let own):
+            own?.tell(result)
+            // Finished already: the engine finds nobody left to serve in its slot.
+            engine.withdraw(work, slot: slot, reason: .withdrawn)
+        case .none:
+            break
         }
     }
+}
 
-    /// Wraps a state change in KVO notifications, posted with no lock held: Foundation reads the
-    /// properties back synchronously, and a thread waiting in `waitUntilAllOperationsAreFinished()`
-    /// holds Foundation's lock while it reads `isFinished`.
-    private final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
-        for key in keys {
-            willChangeValue(forKey: key)
-        }
-        let result = change()
-        for key in keys.reversed() {
-            didChangeValue(forKey: key)
-        }
-        return result
-    }
+/// What `start()` does once its lifecycle moved: run the work (and tell the engine, if one holds
+/// it), or nothing.
+private enum StartStep {
+    case run(Engine<OperationKey>?, AnyWork<OperationKey>?)
+    case none
+}
+
+/// Who serves an operation that decides its result alone.
+private enum LoneDecision<Value> {
+    /// Its own caller.
+    case own(Caller<Value>?)
+    /// An absorbed operation leaves the work it rode on, with its own result.
+    case leave(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int, own: Caller<Value>?)
+    case none
 }
 
 /// The error an operation finishes with when it is cancelled, or when its caller withdraws.
