@@ -257,7 +257,8 @@ final class StressTests: XCTestCase {
         let departed = total(\.callersServed) + total(\.callersWithdrawn) + total(\.callersTimedOut)
         XCTAssertEqual(departed, total(\.callersArrived), "seed \(seed): arrivals equal departures: \(statistics)")
         XCTAssertEqual(
-            departed, callers + riders.current - 2 * handCoalesced, "seed \(seed): every caller leaves once: \(statistics)")
+            departed, callers + riders.current - 2 * handCoalesced,
+            "seed \(seed): every caller leaves once: \(statistics)")
         let counted = events.counts
         XCTAssertEqual(counted.started, total(\.workStarted), "seed \(seed)")
         XCTAssertEqual(counted.joined, total(\.callersJoined), "seed \(seed)")

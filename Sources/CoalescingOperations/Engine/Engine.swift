@@ -15,8 +15,7 @@ import Foundation
 /// then hands the recorded events to the observer. No user code, continuation, KVO notification
 /// or observer ever runs under the lock. The operations' own locks, where one is taken with this
 /// one, are always taken after it.
-@usableFromInline
-final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
+@usableFromInline final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // @unchecked: `state`'s lock guards the registry and the `var`s of every `Work` this engine
     // holds; the rest is immutable.
     @usableFromInline let state: LockedState<Registry>
@@ -48,8 +47,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // MARK: The registry
 
     /// Everything behind the lock but the works' own fields.
-    @usableFromInline
-    struct Registry {
+    @usableFromInline struct Registry {
         /// Work in flight that a new caller joins. An entry leaves in the same step as its work
         /// ends or is forgotten, and only if it still holds that work.
         @usableFromInline var index: [Key: AnyWork<Key>] = [:]
@@ -80,16 +78,14 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
             self.now = now
         }
 
-        @inlinable
-        mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
+        @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
             if events != nil {
                 events!.append(event())
             }
         }
 
         /// The work a new caller of `key` joins, if any.
-        @inlinable
-        func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
+        @inlinable func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
             // Every work under a key has the key's `Value` type: the operations' keys include it,
             // and a task coalescer has one.
             guard let work = index[key], work.isInFlight else { return nil }
@@ -97,8 +93,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
         }
 
         /// Indexes new work, started by the caller that brings it.
-        @inlinable
-        mutating func start<Value>(_ work: Work<Key, Value>) {
+        @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
             index[work.key] = work
             statistics.countStart()
             record(.workStarted(key: work.key))
@@ -129,7 +124,8 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
         /// work without a caller of its own, which abandons it only if nobody else waits. When the
         /// last caller leaves, the work follows its ``AbandonedWorkPolicy``.
         @usableFromInline
-        mutating func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) -> Effects<Value> {
+        mutating func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) -> Effects<Value>
+        {
             guard work.isInFlight else { return Effects() }
             var effects = Effects<Value>()
             if let slot {
@@ -154,8 +150,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
 
         /// Decides the work's result: takes it out of the index, counts and records its end, and
         /// returns what serves its callers. Nothing if the result was already decided.
-        @usableFromInline
-        mutating func end<Value>(
+        @usableFromInline mutating func end<Value>(
             _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
         ) -> Effects<Value> {
             guard let runner = work.phase.runner else { return Effects() }
@@ -195,8 +190,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
             return effects
         }
 
-        @usableFromInline
-        mutating func unindex(_ work: AnyWork<Key>) {
+        @usableFromInline mutating func unindex(_ work: AnyWork<Key>) {
             if work.isIndexed {
                 if index[work.key] === work {
                     index[work.key] = nil
@@ -222,8 +216,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
 
         /// The value stored for `key`, taken by a consumer: counted as a caller who joined the
         /// prefetch's work and was served. Nil if none is stored.
-        @usableFromInline
-        mutating func takeStored<Value>(_ key: Key, as _: Value.Type) -> Value? {
+        @usableFromInline mutating func takeStored<Value>(_ key: Key, as _: Value.Type) -> Value? {
             releaseExpired()
             guard let entry = index[key], entry.storedUntil != nil else { return nil }
             let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
@@ -238,15 +231,13 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
         }
 
         /// Whether a prefetched result waits for `key`.
-        @usableFromInline
-        mutating func hasStored(_ key: Key) -> Bool {
+        @usableFromInline mutating func hasStored(_ key: Key) -> Bool {
             releaseExpired()
             return index[key]?.storedUntil != nil
         }
 
         /// Drops expired results; sweeps only once the earliest expiry has passed.
-        @usableFromInline
-        mutating func releaseExpired() {
+        @usableFromInline mutating func releaseExpired() {
             guard let nextExpiry else { return }
             let now = now()
             guard now >= nextExpiry else { return }
@@ -267,28 +258,24 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // MARK: Transitions, carried out
 
     /// Runs `transition` under the lock, then carries out what it returns and delivers the events.
-    @inlinable
-    func change<Value, Result>(_ transition: (inout Registry) -> (Result, Effects<Value>)) -> Result {
+    @inlinable func change<Value, Result>(_ transition: (inout Registry) -> (Result, Effects<Value>)) -> Result {
         let (result, effects) = state.withLock(transition)
         carryOut(effects)
         return result
     }
 
     /// Withdraws the caller in `slot` of `work`.
-    @usableFromInline
-    func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) {
+    @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) {
         change { ((), $0.withdraw(work, slot: slot, reason: reason)) }
     }
 
     /// Decides `work`'s result and serves its callers; nothing if it was already decided.
-    @usableFromInline
-    func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>) {
+    @usableFromInline func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>) {
         change { ((), $0.end(work, with: result, stopping: false)) }
     }
 
     /// Cancels `work` for all its callers.
-    @usableFromInline
-    func cancel<Value>(_ work: Work<Key, Value>) {
+    @usableFromInline func cancel<Value>(_ work: Work<Key, Value>) {
         change { ((), $0.end(work, with: .failure(cancellation), stopping: true)) }
     }
 
@@ -330,8 +317,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     /// Carries out `effects` in the order that keeps every promise: running work sees it was
     /// cancelled before anyone hears so; absorbed operations finish before the operation that ran
     /// the work, and that one before any handler runs; the priority follows.
-    @inlinable
-    func carryOut<Value>(_ effects: Effects<Value>) {
+    @inlinable func carryOut<Value>(_ effects: Effects<Value>) {
         if !effects.isEmpty {
             effects.stop?.stop()
             if let (caller, reason) = effects.withdrawn {
@@ -358,8 +344,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
 
     /// Waits in `slot` for `work`'s result. A task cancelled meanwhile withdraws its caller at
     /// once, and a more urgent task raises the work's priority as it waits.
-    @inlinable
-    func wait<Value>(for work: Work<Key, Value>, in slot: Int) async throws -> Value {
+    @inlinable func wait<Value>(for work: Work<Key, Value>, in slot: Int) async throws -> Value {
         try await withPriorityForwarding(to: work, slot: slot) {
             try await withTaskCancellationHandler {
                 try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
@@ -375,8 +360,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
 
     /// Runs `body`, raising the priority `slot` asks of `work` whenever the waiting task is
     /// escalated (on runtimes that can tell, Swift 6.2 and later).
-    @inlinable
-    func withPriorityForwarding<Value, Result>(
+    @inlinable func withPriorityForwarding<Value, Result>(
         to work: Work<Key, Value>, slot: Int, _ body: () async throws -> Result
     ) async throws -> Result {
         #if compiler(>=6.2)
@@ -394,8 +378,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // MARK: Priority
 
     /// Changes the priority the caller in `slot` asks for.
-    @usableFromInline
-    func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to priority: WorkPriority?) {
+    @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to priority: WorkPriority?) {
         let mustApply = state.withLock { _ in work.isInFlight && work.reprioritize(slot, to: priority) }
         if mustApply {
             applyPriority(of: work)
@@ -415,8 +398,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     /// One thread writes at a time; the others only change the target, which the writer picks
     /// up before it lets go. An operation's start waits for a write in progress, so that nothing
     /// changes the priority once the work has started.
-    @usableFromInline
-    func applyPriority(of work: AnyWork<Key>) {
+    @usableFromInline func applyPriority(of work: AnyWork<Key>) {
         let writer = DispatchGroup()
         guard state.withLock({ _ in work.claimWriting(writer) }) else { return }
         writer.enter()
@@ -444,8 +426,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
 
     /// Withdraws the caller in `slot` with ``CoalescingError/timedOut`` once `timeout` has
     /// passed, unless the result reached it first. Holds the work only weakly meanwhile.
-    @usableFromInline
-    func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
+    @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
         Controls.schedule(after: timeout) { [weak self, weak work] in
             if let self, let work {
                 self.withdraw(work, slot: slot, reason: .timedOut)
@@ -454,8 +435,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     }
 
     /// Reports `work`, once, if it is still in flight with callers after the stall threshold.
-    @usableFromInline
-    func watchForStall(_ work: AnyWork<Key>) {
+    @usableFromInline func watchForStall(_ work: AnyWork<Key>) {
         guard let threshold = stallThreshold else { return }
         Controls.schedule(after: threshold) { [weak self, weak work] in
             guard let self, let work else { return }
@@ -479,8 +459,7 @@ final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     /// Delivers every recorded event, unless another thread is already delivering them: that
     /// thread then delivers these too, in order. An observer that calls back into the engine only
     /// adds to the batch it is being fed from, and never deadlocks.
-    @usableFromInline
-    func deliverEvents() {
+    @usableFromInline func deliverEvents() {
         guard let observer else { return }
         var batch = state.withLock { registry -> [CoalescingEvent<Key>] in
             guard !registry.isDelivering, registry.events?.isEmpty == false else { return [] }
@@ -535,36 +514,32 @@ extension Engine.Registry {
 /// What a transition decided must happen once the lock is released; ``Engine/carryOut(_:)`` does
 /// it, always in the same order.
 extension Engine {
-@usableFromInline
-struct Effects<Value> {
-    /// Cancelled or abandoned work to stop, before anyone hears of it.
-    @usableFromInline var stop: Runner<Value>?
-    /// A caller that left, and why: it hears its error.
-    @usableFromInline var withdrawn: (Caller<Value>, WithdrawalReason)?
-    /// The callers to serve with the decided result.
-    @usableFromInline var served: (Callers<Value>, Result<Value, Error>)?
-    /// The runner whose work ended: an operation's lifecycle finishes after its absorbed
-    /// operations' and before any handler runs.
-    @usableFromInline var ended: Runner<Value>?
-    /// Work whose callers' priorities changed.
-    @usableFromInline var reprioritize: AnyWork<Key>?
+    @usableFromInline struct Effects<Value> {
+        /// Cancelled or abandoned work to stop, before anyone hears of it.
+        @usableFromInline var stop: Runner<Value>?
+        /// A caller that left, and why: it hears its error.
+        @usableFromInline var withdrawn: (Caller<Value>, WithdrawalReason)?
+        /// The callers to serve with the decided result.
+        @usableFromInline var served: (Callers<Value>, Result<Value, Error>)?
+        /// The runner whose work ended: an operation's lifecycle finishes after its absorbed
+        /// operations' and before any handler runs.
+        @usableFromInline var ended: Runner<Value>?
+        /// Work whose callers' priorities changed.
+        @usableFromInline var reprioritize: AnyWork<Key>?
 
-    @inlinable
-    init() {}
+        @inlinable init() {}
 
-    @inlinable
-    var isEmpty: Bool {
-        stop == nil && withdrawn == nil && served == nil && ended == nil && reprioritize == nil
+        @inlinable var isEmpty: Bool {
+            stop == nil && withdrawn == nil && served == nil && ended == nil && reprioritize == nil
+        }
+
+        @usableFromInline mutating func merge(_ other: Effects<Value>) {
+            stop = other.stop ?? stop
+            served = other.served ?? served
+            ended = other.ended ?? ended
+            reprioritize = other.reprioritize ?? reprioritize
+        }
     }
-
-    @usableFromInline
-    mutating func merge(_ other: Effects<Value>) {
-        stop = other.stop ?? stop
-        served = other.served ?? served
-        ended = other.ended ?? ended
-        reprioritize = other.reprioritize ?? reprioritize
-    }
-}
 }
 
 // MARK: - One piece of work
@@ -574,8 +549,7 @@ struct Effects<Value> {
 ///
 /// Every `var` here and in ``Work`` is read and written only under the lock of the engine that
 /// holds the work.
-@usableFromInline
-class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
+@usableFromInline class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
     // @unchecked: every `var` is guarded by the lock of the `Engine` that created the work.
     @usableFromInline let key: Key
     /// Callers waiting now.
@@ -605,8 +579,7 @@ class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
     /// Set when the operation starts: its priority no longer moves.
     var isPriorityFrozen = false
 
-    @usableFromInline
-    init(key: Key, policy: AbandonedWorkPolicy, floor: WorkPriority?, timed: Bool) {
+    @usableFromInline init(key: Key, policy: AbandonedWorkPolicy, floor: WorkPriority?, timed: Bool) {
         self.key = key
         self.policy = policy
         self.floor = floor
@@ -631,8 +604,7 @@ class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
     }
 
     /// Records the priority the caller in `slot` asks for; returns whether it raises the work.
-    @usableFromInline
-    func demand(_ priority: WorkPriority, from slot: Int) -> Bool {
+    @usableFromInline func demand(_ priority: WorkPriority, from slot: Int) -> Bool {
         while priorities.count <= slot {
             priorities.append(nil)
         }
@@ -689,8 +661,7 @@ class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
 }
 
 /// One run of the work for one key, and the callers waiting for it.
-@usableFromInline
-final class Work<Key: Hashable & Sendable, Value>: AnyWork<Key>, @unchecked Sendable {
+@usableFromInline final class Work<Key: Hashable & Sendable, Value>: AnyWork<Key>, @unchecked Sendable {
     // @unchecked: like `AnyWork`, every `var` is guarded by the engine's lock.
     @usableFromInline var callers = Callers<Value>()
     @usableFromInline var phase: Phase<Value>
@@ -714,14 +685,12 @@ final class Work<Key: Hashable & Sendable, Value>: AnyWork<Key>, @unchecked Send
     }
 
     /// Attaches the runner once it exists: a task is created after its work.
-    @usableFromInline
-    func attach(_ runner: Runner<Value>) {
+    @usableFromInline func attach(_ runner: Runner<Value>) {
         phase = .inFlight(runner)
     }
 
     /// Parks `continuation` in `slot`; returns the result to resume it with at once, if known.
-    @inlinable
-    func park(_ continuation: UnsafeContinuation<Value, Error>, in slot: Int) -> Result<Value, Error>? {
+    @inlinable func park(_ continuation: UnsafeContinuation<Value, Error>, in slot: Int) -> Result<Value, Error>? {
         unparked -= 1
         switch (callers.entries[slot], phase) {
         case (.task(nil, let consumes), .inFlight):
@@ -738,30 +707,26 @@ final class Work<Key: Hashable & Sendable, Value>: AnyWork<Key>, @unchecked Send
 }
 
 /// Where a work stands.
-@usableFromInline
-enum Phase<Value> {
+@usableFromInline enum Phase<Value> {
     /// In flight, run by `runner`.
     case inFlight(Runner<Value>)
     /// Decided. The result is kept only for callers that have yet to park.
     case ended(Result<Value, Error>?)
 
-    @usableFromInline
-    var runner: Runner<Value>? {
+    @usableFromInline var runner: Runner<Value>? {
         if case .inFlight(let runner) = self { runner } else { nil }
     }
 }
 
 /// What runs the work: an operation on a queue, or a task.
-@usableFromInline
-enum Runner<Value> {
+@usableFromInline enum Runner<Value> {
     case operation(ConcurrentOperation<Value>)
     /// A task; nil for the moment between creating the work and starting its task.
     case task(Task<Void, Never>?)
 
     /// Stops the work: cancels the operation (through its `cancel()`, which a subclass may
     /// override to stop what it started) or the task.
-    @usableFromInline
-    func stop() {
+    @usableFromInline func stop() {
         switch self {
         case .operation(let operation): operation.cancel()
         case .task(let task): task?.cancel()
@@ -769,8 +734,7 @@ enum Runner<Value> {
     }
 
     /// The work's result was handed out: an operation's lifecycle moves on.
-    @usableFromInline
-    func ended() {
+    @usableFromInline func ended() {
         if case .operation(let operation) = self {
             operation.workEnded()
         }
@@ -791,8 +755,7 @@ enum Runner<Value> {
 // MARK: - Callers
 
 /// One caller waiting for a work's result.
-@usableFromInline
-enum Caller<Value> {
+@usableFromInline enum Caller<Value> {
     /// A completion handler, called on `queue`, or on the thread that serves it when nil.
     case handler((Result<Value, Error>) -> Void, queue: OperationQueue?)
     /// An operation absorbed into the work: it never runs, finishes when served, and hands the
@@ -807,8 +770,7 @@ enum Caller<Value> {
 
     /// Whether a party waits for the result: everyone but an absorbed operation without a
     /// handler, and a caller that left.
-    @usableFromInline
-    var waits: Bool {
+    @usableFromInline var waits: Bool {
         switch self {
         case .handler, .task: true
         case .operation(_, let waits): waits
@@ -817,8 +779,7 @@ enum Caller<Value> {
     }
 
     /// Hands one caller its result, outside any delivery batch.
-    @usableFromInline
-    func tell(_ result: Result<Value, Error>) {
+    @usableFromInline func tell(_ result: Result<Value, Error>) {
         var delivery = Delivery<Value>()
         var callers = Callers<Value>()
         _ = callers.add(self)
@@ -832,24 +793,20 @@ enum Caller<Value> {
 /// Joining costs one append, whatever the number of callers. The list also tracks whether every
 /// caller so far is a handler on one queue, so that the result reaches them all in one hop as the
 /// list itself.
-@usableFromInline
-struct Callers<Value> {
+@usableFromInline struct Callers<Value> {
     @usableFromInline var entries: ContiguousArray<Caller<Value>> = []
     @usableFromInline var queues = Queues.none
 
-    @usableFromInline
-    enum Queues {
+    @usableFromInline enum Queues {
         case none
         /// Every caller is a handler on this queue (nil: served on the settling thread).
         case one(OperationQueue?)
         case several
     }
 
-    @inlinable
-    init() {}
+    @inlinable init() {}
 
-    @inlinable
-    mutating func add(_ caller: Caller<Value>) -> Int {
+    @inlinable mutating func add(_ caller: Caller<Value>) -> Int {
         switch (caller, queues) {
         case (.handler(_, let queue), .none): queues = .one(queue)
         case (.handler(_, let queue), .one(let shared)) where shared === queue: break
@@ -864,8 +821,7 @@ struct Callers<Value> {
     }
 
     /// Takes the caller in `slot` out, leaving why it left; nil if it had already left.
-    @usableFromInline
-    mutating func remove(_ slot: Int, reason: WithdrawalReason) -> Caller<Value>? {
+    @usableFromInline mutating func remove(_ slot: Int, reason: WithdrawalReason) -> Caller<Value>? {
         guard entries.indices.contains(slot) else { return nil }
         let caller = entries[slot]
         if case .left = caller { return nil }
@@ -886,8 +842,7 @@ struct Callers<Value> {
 /// nested closures, and the loop runs on the callers' queue, so the stack never grows with them.
 /// Absorbed operations finish as they are collected: before the operation that ran the work, and
 /// before any handler runs.
-@usableFromInline
-struct Delivery<Value> {
+@usableFromInline struct Delivery<Value> {
     @usableFromInline typealias Handlers = ContiguousArray<Caller<Value>>
 
     @usableFromInline var inline: Handlers = []
@@ -898,11 +853,9 @@ struct Delivery<Value> {
     @usableFromInline var groupIndex: [ObjectIdentifier: Int] = [:]
     @usableFromInline var lastGroup = -1
 
-    @inlinable
-    init() {}
+    @inlinable init() {}
 
-    @inlinable
-    mutating func add(_ callers: Callers<Value>, result: Result<Value, Error>) {
+    @inlinable mutating func add(_ callers: Callers<Value>, result: Result<Value, Error>) {
         if case .one(let queue) = callers.queues {
             // The common case: every caller is a handler on one queue; the list moves whole.
             if let queue {
@@ -917,8 +870,7 @@ struct Delivery<Value> {
         }
     }
 
-    @inlinable
-    mutating func add(_ caller: Caller<Value>, result: Result<Value, Error>) {
+    @inlinable mutating func add(_ caller: Caller<Value>, result: Result<Value, Error>) {
         switch caller {
         case .handler(_, queue: nil):
             inline.append(caller)
@@ -937,8 +889,7 @@ struct Delivery<Value> {
     }
 
     /// Hands `result` to every caller collected.
-    @inlinable
-    consuming func deliver(_ result: Result<Value, Error>) {
+    @inlinable consuming func deliver(_ result: Result<Value, Error>) {
         for (queue, handlers) in groups {
             queue.addOperation(DeliveryOperation { Self.serve(handlers, with: result) })
         }
@@ -952,15 +903,13 @@ struct Delivery<Value> {
         }
     }
 
-    @inlinable
-    static func serve(_ handlers: Handlers, with result: Result<Value, Error>) {
+    @inlinable static func serve(_ handlers: Handlers, with result: Result<Value, Error>) {
         for case .handler(let handler, _) in handlers {
             handler(result)
         }
     }
 
-    @inlinable
-    mutating func group(for queue: OperationQueue) -> Int {
+    @inlinable mutating func group(for queue: OperationQueue) -> Int {
         if lastGroup >= 0, groups[lastGroup].queue === queue {
             return lastGroup
         }
@@ -980,18 +929,15 @@ struct Delivery<Value> {
 ///
 /// Not generic: the closure is built where the result's type is known, so the loop inside it is
 /// specialized rather than run through generic metadata.
-@usableFromInline
-final class DeliveryOperation: Operation, @unchecked Sendable {
+@usableFromInline final class DeliveryOperation: Operation, @unchecked Sendable {
     // @unchecked: `serve` is immutable and the queue hands the operation to one thread.
     private let serve: () -> Void
 
-    @usableFromInline
-    init(serve: @escaping () -> Void) {
+    @usableFromInline init(serve: @escaping () -> Void) {
         self.serve = serve
     }
 
-    @usableFromInline
-    override func main() {
+    @usableFromInline override func main() {
         serve()
     }
 
@@ -1001,15 +947,13 @@ final class DeliveryOperation: Operation, @unchecked Sendable {
     /// cancelled would lose its callers' callbacks whenever something cancels the operations on
     /// their queue: ``OperationQueueManager/cancelAll()`` when the callback queue is the manager's
     /// own, `cancelAllOperations()` on a busy callback queue, or an app clearing its own queue.
-    @usableFromInline
-    override func cancel() {}
+    @usableFromInline override func cancel() {}
 }
 
 extension WithdrawalReason {
     /// What a caller that left for this reason hears: `cancelled` for a handler or an
     /// operation, `CancellationError` for a waiting task, ``CoalescingError/timedOut`` for all.
-    @usableFromInline
-    func error<Value>(cancelled: any Error, for caller: Caller<Value>) -> any Error {
+    @usableFromInline func error<Value>(cancelled: any Error, for caller: Caller<Value>) -> any Error {
         switch (self, caller) {
         case (.timedOut, _): CoalescingError.timedOut
         case (.withdrawn, .task): CancellationError()

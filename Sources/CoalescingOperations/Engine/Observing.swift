@@ -45,14 +45,12 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
     /// of starting its own. Never negative.
     public var callersSaved: Int { callersJoined }
 
-    @usableFromInline
-    mutating func countStart() {
+    @usableFromInline mutating func countStart() {
         workStarted += 1
     }
 
     /// Counts a caller arriving: the first of a work started it, every later one joined.
-    @usableFromInline
-    mutating func countArrival(joining: Bool) {
+    @usableFromInline mutating func countArrival(joining: Bool) {
         callersArrived += 1
         if joining {
             callersJoined += 1
@@ -77,8 +75,7 @@ public enum WorkOutcome: Sendable, Equatable {
     /// The work was cancelled, directly or because its last caller withdrew.
     case cancelled
 
-    @usableFromInline
-    init<Value>(_ result: Result<Value, Error>) {
+    @usableFromInline init<Value>(_ result: Result<Value, Error>) {
         switch result {
         case .success: self = .succeeded
         case .failure(let error) where error is CancellationError: self = .cancelled

@@ -68,8 +68,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - completionHandler: Called exactly once: with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
     ///     withdraws first.
-    @inlinable
-    public init(
+    @inlinable public init(
         identifier: String,
         callBackQueue: OperationQueue = OperationQueue.current ?? .main,
         completionHandler: @escaping (Result<Value, Error>) -> Void
@@ -86,8 +85,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// or for work nobody waits for, such as warming a cache.
     ///
     /// - Parameter identifier: Equal for operations that do the same work; see ``identifier``.
-    @inlinable
-    public init(identifier: String) {
+    @inlinable public init(identifier: String) {
         self.identifier = identifier
         super.init(callBackQueue: nil, completionHandler: nil)
     }
@@ -150,12 +148,14 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///
     /// - Parameter operation: An operation with the same `Value` type, usually the same identifier.
     /// - Returns: True if `operation` now rides on this operation's work.
-    @discardableResult
-    public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
+    @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
         guard operation !== self, let (engine, work) = workForRiders() else { return false }
         let priority = OperationPriority(of: operation)
         let joined = engine.change { registry in
-            (operation.ride(on: work, of: engine, in: &registry, priority: priority), Engine<OperationKey>.Effects<Value>())
+            (
+                operation.ride(on: work, of: engine, in: &registry, priority: priority),
+                Engine<OperationKey>.Effects<Value>()
+            )
         }
         if let joined, joined.raised {
             engine.applyPriority(of: work)
@@ -196,8 +196,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
 
     /// Makes this fresh operation a caller of `work`: it will never run, and finishes when the
     /// work's result reaches it. Nil if it is not fresh.
-    @inlinable
-    final func ride(
+    @inlinable final func ride(
         on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
         in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority
     ) -> (slot: Int, raised: Bool)? {
@@ -213,8 +212,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
 
     /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
     /// wait for it. Nil if it is not fresh.
-    @inlinable
-    final func run(
+    @inlinable final func run(
         as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
         priority: OperationPriority, policy: AbandonedWorkPolicy
     ) -> (work: Work<OperationKey, Value>, slot: Int?)? {

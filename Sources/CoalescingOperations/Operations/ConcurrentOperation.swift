@@ -55,8 +55,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///     the thread that finishes the operation.
     ///   - completionHandler: Called exactly once: with the result given to ``finish(result:)``,
     ///     or with `.failure(ConcurrentOperationError.cancelled)` after ``cancel()``.
-    @inlinable
-    public init(
+    @inlinable public init(
         callBackQueue: OperationQueue? = nil,
         completionHandler: ((Result<Value, Error>) -> Void)? = nil
     ) {
@@ -130,8 +129,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
-    @inlinable
-    public final func finish(result: Result<Value, Error>) {
+    @inlinable public final func finish(result: Result<Value, Error>) {
         switch lifecycle.withLock({ $0 }) {
         case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
             engine.settle(work, with: result)
@@ -174,8 +172,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
 
     /// Decides the result of an operation that no engine holds: it serves its own caller. An
     /// absorbed operation deciding by itself leaves the work it rode on, with its own result.
-    @usableFromInline
-    final func decideAlone(_ result: Result<Value, Error>, cancelling: Bool = false) {
+    @usableFromInline final func decideAlone(_ result: Result<Value, Error>, cancelling: Bool = false) {
         if cancelling, case .executing = lifecycle.withLock({ $0 }) {
             // Running work sees `isCancelled` before its caller hears; Foundation ignores a
             // cancel once the operation reports finished.

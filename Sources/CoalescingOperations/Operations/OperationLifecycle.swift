@@ -11,8 +11,7 @@ import Foundation
 ///
 /// Each transition runs under the operation's own lock, which is only ever taken after the
 /// engine's, never before it.
-@usableFromInline
-enum Lifecycle<Value> {
+@usableFromInline enum Lifecycle<Value> {
     /// Not started. `onQueue` once a manager (or `enqueue(_:)`) added it to a queue, so that it is
     /// never added twice. A fresh operation is `.idle(.own(handler), onQueue: false)`.
     case idle(Link, onQueue: Bool)
@@ -27,8 +26,7 @@ enum Lifecycle<Value> {
     case finished
 
     /// Where an operation's result is decided.
-    @usableFromInline
-    enum Link {
+    @usableFromInline enum Link {
         /// By the operation itself, for its own caller, if any: an operation on a queue of the
         /// app's, or not yet enqueued.
         case own(Caller<Value>?)
@@ -37,16 +35,14 @@ enum Lifecycle<Value> {
     }
 
     /// Whether a manager may take the operation: nobody has.
-    @usableFromInline
-    var freshCaller: Caller<Value>?? {
+    @usableFromInline var freshCaller: Caller<Value>?? {
         if case .idle(.own(let caller), onQueue: false) = self { .some(caller) } else { nil }
     }
 }
 
 extension ConcurrentOperation {
     /// The engine handed out the result of the work this operation runs.
-    @usableFromInline
-    final func workEnded() {
+    @usableFromInline final func workEnded() {
         let finishing = lifecycle.withLock { lifecycle -> Bool in
             switch lifecycle {
             case .idle(.work, let onQueue):
@@ -65,12 +61,13 @@ extension ConcurrentOperation {
     }
 
     /// Ends an absorbed operation's ride: it finishes, and returns its own handler to serve.
-    @usableFromInline
-    final func finishRide() -> Caller<Value>? {
-        guard let own = lifecycle.withLock({ lifecycle -> Caller<Value>?? in
-            guard case .riding(_, _, _, let own) = lifecycle else { return nil }
-            return .some(own)
-        }) else { return nil }
+    @usableFromInline final func finishRide() -> Caller<Value>? {
+        guard
+            let own = lifecycle.withLock({ lifecycle -> Caller<Value>?? in
+                guard case .riding(_, _, _, let own) = lifecycle else { return nil }
+                return .some(own)
+            })
+        else { return nil }
         postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
         releaseDependencies()
         return own
@@ -81,8 +78,7 @@ extension ConcurrentOperation {
     /// work of their own), false if its result was decided before it was enqueued (the queue then
     /// finishes it at once, so that operations depending on it do not wait forever), nil if it
     /// must not be added to a queue.
-    @usableFromInline
-    final func claimForQueue() -> Bool? {
+    @usableFromInline final func claimForQueue() -> Bool? {
         lifecycle.withLock { lifecycle in
             switch lifecycle {
             case .idle(let link, onQueue: false):

@@ -37,8 +37,7 @@ public struct OperationPriority: Hashable, Sendable {
     }
 
     /// Reads an operation's current priority: its two getters, which a subclass may override.
-    @usableFromInline
-    init(of operation: Operation) {
+    @usableFromInline init(of operation: Operation) {
         self.init(queuePriority: operation.queuePriority, qualityOfService: operation.qualityOfService)
     }
 

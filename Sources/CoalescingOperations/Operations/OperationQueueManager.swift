@@ -131,8 +131,7 @@ public final class OperationQueueManager: Sendable {
     ///   - completionHandler: Called exactly once with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` or `.failure(CoalescingError.timedOut)`.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
-    @inlinable @discardableResult
-    public func enqueue<Value>(
+    @inlinable @discardableResult public func enqueue<Value>(
         identifier: String,
         callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
         priority: OperationPriority? = nil,
@@ -261,8 +260,7 @@ public final class OperationQueueManager: Sendable {
     ///
     /// - Parameter identifier: The identifier of the work to cancel.
     /// - Returns: Whether any such work was in flight.
-    @discardableResult
-    public func cancel(identifier: String) -> Bool {
+    @discardableResult public func cancel(identifier: String) -> Bool {
         engine.cancelAll(where: { $0.identifier == identifier }, includingForgotten: false)
     }
 
@@ -287,16 +285,14 @@ public final class OperationQueueManager: Sendable {
     ///
     /// - Parameter identifier: The identifier of the work to forget.
     /// - Returns: Whether any such work was in flight.
-    @discardableResult
-    public func forget(identifier: String) -> Bool {
+    @discardableResult public func forget(identifier: String) -> Bool {
         engine.forget(where: { $0.identifier == identifier })
     }
 
     // MARK: The one way in
 
     /// What admitting an operation decided under the lock.
-    @usableFromInline
-    struct Admitted<Value> {
+    @usableFromInline struct Admitted<Value> {
         @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
         /// The work the operation started or joined, here.
         @usableFromInline var work: Work<OperationKey, Value>?
@@ -307,15 +303,13 @@ public final class OperationQueueManager: Sendable {
         /// Whether the operation must be added to the queue.
         @usableFromInline var queued = false
 
-        @inlinable
-        init() {}
+        @inlinable init() {}
     }
 
     /// Admits `operation` under the lock: it joins identical work in flight, or starts new work,
     /// or (not fresh) is left alone; then `caller`, if any, waits for the work it started or
     /// joined, in place of the operation's own caller.
-    @inlinable
-    func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, WorkPriority?)?)
+    @inlinable func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, WorkPriority?)?)
         -> Admitted<Value>
     {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
@@ -349,8 +343,7 @@ public final class OperationQueueManager: Sendable {
 
     /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
     /// `makeOperation` starts or joins.
-    @inlinable
-    func arrive<Value>(
+    @inlinable func arrive<Value>(
         identifier: String, _ caller: Caller<Value>, priority: OperationPriority?, timeout: Duration?,
         _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
@@ -370,8 +363,7 @@ public final class OperationQueueManager: Sendable {
 
     /// Carries out an admission once the lock is released: queues the operation, watches the work
     /// for stalls, arms the caller's timeout and raises the work's priority.
-    @inlinable
-    func launched<Value>(
+    @inlinable func launched<Value>(
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued {
@@ -401,13 +393,11 @@ public final class OperationQueueManager: Sendable {
 }
 
 /// What makes two coalescible operations the same work: their identifier and their `Value` type.
-@usableFromInline
-struct OperationKey: Hashable, Sendable, CustomStringConvertible {
+@usableFromInline struct OperationKey: Hashable, Sendable, CustomStringConvertible {
     @usableFromInline let identifier: String
     @usableFromInline let valueType: ObjectIdentifier
 
-    @inlinable
-    init<Value>(identifier: String, valueType: Value.Type) {
+    @inlinable init<Value>(identifier: String, valueType: Value.Type) {
         self.identifier = identifier
         self.valueType = ObjectIdentifier(valueType)
     }

@@ -79,8 +79,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
     ///   ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func deduplicated(
+    @inlinable public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -105,16 +104,14 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///
     /// - Parameter key: The key of the work to cancel.
     /// - Returns: Whether work was in flight for `key`.
-    @discardableResult
-    public func cancel(key: Key) -> Bool {
+    @discardableResult public func cancel(key: Key) -> Bool {
         engine.cancelAll(where: { $0 == key }, includingForgotten: false)
     }
 
     /// Cancels all work in flight, forgotten work included, for example when the user logs out.
     ///
     /// - Returns: Whether any work was in flight.
-    @discardableResult
-    public func cancelAll() -> Bool {
+    @discardableResult public func cancelAll() -> Bool {
         engine.cancelAll(where: { _ in true }, includingForgotten: true)
     }
 
@@ -126,8 +123,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///
     /// - Parameter key: The key of the work to forget.
     /// - Returns: Whether work was in flight for `key`.
-    @discardableResult
-    public func forget(key: Key) -> Bool {
+    @discardableResult public func forget(key: Key) -> Bool {
         engine.forget(where: { $0 == key })
     }
 

@@ -64,7 +64,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil
     ) {
         engine = Engine(
-            observer: observer, stallThreshold: nil, cancellation: CancellationError(), prefetchTimeout: prefetchTimeout,
+            observer: observer, stallThreshold: nil, cancellation: CancellationError(),
+            prefetchTimeout: prefetchTimeout,
             now: now)
     }
 
@@ -86,8 +87,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     /// - Returns: The value, the same for every caller of the same work.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func deduplicated(
+    @inlinable public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -126,8 +126,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func prefetch(
+    @inlinable public func prefetch(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -152,8 +151,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///
     /// - Parameter key: The key to cancel.
     /// - Returns: Whether work was in flight or a result stored for `key`.
-    @discardableResult
-    public func cancel(key: Key) -> Bool {
+    @discardableResult public func cancel(key: Key) -> Bool {
         engine.cancelAll(where: { $0 == key }, includingForgotten: false)
     }
 
@@ -161,8 +159,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     /// example when the user logs out.
     ///
     /// - Returns: Whether any work was in flight or any result stored.
-    @discardableResult
-    public func cancelAll() -> Bool {
+    @discardableResult public func cancelAll() -> Bool {
         engine.cancelAll(where: { _ in true }, includingForgotten: true)
     }
 
@@ -174,8 +171,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///
     /// - Parameter key: The key to forget.
     /// - Returns: Whether work was in flight or a result stored for `key`.
-    @discardableResult
-    public func forget(key: Key) -> Bool {
+    @discardableResult public func forget(key: Key) -> Bool {
         engine.forget(where: { $0 == key })
     }
 

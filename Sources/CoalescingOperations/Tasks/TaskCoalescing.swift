@@ -10,8 +10,7 @@ extension Engine {
     ///
     /// Inlinable, like the rest of the join path, so that it is specialized for the caller's `Key`
     /// and `Value`: unspecialized, every join looked up generic metadata at run time.
-    @inlinable
-    func arrive<Value: Sendable>(
+    @inlinable func arrive<Value: Sendable>(
         key: Key,
         as role: CallerRole,
         priority: TaskPriority?,
@@ -79,8 +78,7 @@ extension Engine {
     /// Starts the work in a task of its own. Detached, so that it inherits none of the starting
     /// caller's task-local values (a request ID, a trace span, credentials): its context is
     /// nobody's in particular. It keeps the starting priority, raised as callers join.
-    @usableFromInline
-    static func startTask(
+    @usableFromInline static func startTask(
         name: String?, priority: TaskPriority, operation: sending @escaping () async -> Void
     ) -> Task<Void, Never> {
         #if compiler(>=6.2)
@@ -92,8 +90,7 @@ extension Engine {
 }
 
 /// How a task caller arrived.
-@usableFromInline
-enum TaskArrival<Key: Hashable & Sendable, Value> {
+@usableFromInline enum TaskArrival<Key: Hashable & Sendable, Value> {
     /// The caller started or joined `work` and has a slot in it.
     case waiting(Work<Key, Value>, slot: Int)
     /// A consumer took the prefetched value; nothing to wait for.
@@ -103,8 +100,7 @@ enum TaskArrival<Key: Hashable & Sendable, Value> {
 }
 
 /// What a caller is to a task coalescer, which decides how it treats prefetched results.
-@usableFromInline
-enum CallerRole {
+@usableFromInline enum CallerRole {
     /// ``InFlightTaskCoalescer``: nothing is ever stored.
     case plain
     /// ``PrefetchableTaskCoalescer/deduplicated(key:priority:name:timeout:whenAbandoned:operation:)``:
