@@ -21,7 +21,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let recorder = ResultRecorder<Int>()
         let release = Gate()
         let work = TestOperation<Int>(
-            callBackQueue: callbacks, work: heldWork(release: release) { 1 }, completionHandler: recorder.handler("own"))
+            callBackQueue: callbacks, work: heldWork(release: release) { 1 }, completionHandler: recorder.handler("own")
+        )
         manager.enqueue(operation: work)
 
         let again = manager.enqueue(operation: work, timeout: .milliseconds(30))
@@ -32,7 +33,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
             makeOperation: { TestOperation<Int>(work: { _ in }) }, completionHandler: recorder.handler("witness"))
         XCTAssertTrue(recorder.waitForCalls(1))
         recorder.assertTimedOut("witness")
-        XCTAssertEqual(recorder.calls(of: "own").count, 0, "the ignored enqueue's timeout fired on the operation's caller")
+        XCTAssertEqual(
+            recorder.calls(of: "own").count, 0, "the ignored enqueue's timeout fired on the operation's caller")
 
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
@@ -127,7 +129,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let manager = OperationQueueManager()
         let recorder = ResultRecorder<Int>()
         let host = TestOperation<Int>(
-            callBackQueue: callbacks, work: { $0.finish(result: .success(1)) }, completionHandler: recorder.handler("host"))
+            callBackQueue: callbacks, work: { $0.finish(result: .success(1)) },
+            completionHandler: recorder.handler("host"))
         XCTAssertTrue(
             host.coalesce(
                 operation: TestOperation<Int>(
@@ -209,7 +212,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
         }
         XCTAssertTrue(urgentIsMaking.wait())
         let normal = manager.enqueue(
-            identifier: "work", callBackQueue: callbacks, makeOperation: make, completionHandler: recorder.handler("normal"))
+            identifier: "work", callBackQueue: callbacks, makeOperation: make,
+            completionHandler: recorder.handler("normal"))
         XCTAssertEqual(normal.admission, .startedWork)
         normalStarted.open()
         await waitUntil("the urgent caller joined") {
@@ -222,7 +226,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
     }
 
     func testNoPriorityIsWrittenOnceTheWorkHasStarted() {
-        for _ in 0..<200 {
+        for _ in 0..<500 {
             let queue = Queues.concurrent("work", suspended: true)
             let manager = OperationQueueManager(queue: queue)
             let started = LockedBox<Operation.QueuePriority?>(nil)
@@ -236,18 +240,28 @@ final class EdgesOfTheControlsTests: XCTestCase {
                         operation.finish(result: .success(1))
                     }
                 })
-            let handle = manager.enqueue(
-                identifier: "work", callBackQueue: nil, makeOperation: { work }, completionHandler: { _ in done.open() })
-            DispatchQueue.global().async(group: flipping) {
-                var rounds = 0
-                // Flip until well after the work started.
-                while started.value == nil || rounds < 200 {
-                    handle.setPriority(OperationPriority(queuePriority: rounds % 2 == 0 ? .veryHigh : .veryLow))
-                    if started.value != nil { rounds += 1 }
+            let handles = (0..<2).map { _ in
+                manager.enqueue(
+                    identifier: "work", callBackQueue: nil, makeOperation: { work },
+                    completionHandler: { _ in done.open() })
+            }
+            for (index, handle) in handles.enumerated() {
+                // Threads of their own: spinning on the dispatch pool would starve the queue's start.
+                flipping.enter()
+                Thread.detachNewThread {
+                    var rounds = 0
+                    let deadline = Date() + 10
+                    // Flip until well after the work started, each caller the other way round.
+                    while (started.value == nil || rounds < 100) && Date() < deadline {
+                        let urgent = (rounds + index) % 2 == 0
+                        handle.setPriority(OperationPriority(queuePriority: urgent ? .veryHigh : .veryLow))
+                        if started.value != nil { rounds += 1 }
+                    }
+                    flipping.leave()
                 }
             }
             queue.isSuspended = false
-            XCTAssertTrue(done.wait())
+            XCTAssertTrue(done.wait() && done.wait())
             XCTAssertEqual(work.queuePriority, started.value, "the priority moved after main() began")
         }
     }
@@ -318,19 +332,22 @@ final class EdgesOfTheControlsTests: XCTestCase {
     #if compiler(>=6.2)
     func testACallerEscalatedWhileItWaitsEscalatesTheWork() async throws {
         let coalescer = InFlightTaskCoalescer<String, TaskPriority>()
-        let escalated = AsyncGate()
+        let seen = LockedBox<TaskPriority?>(nil)
+        let release = AsyncGate()
         let waiting = Task(priority: .low) {
             try await coalescer.deduplicated(key: "k") {
                 try await withTaskPriorityEscalationHandler {
-                    try await escalated.wait()
+                    try await release.wait()
                 } onPriorityEscalated: { _, raised in
-                    if raised >= .high { escalated.open() }
+                    seen.mutate { $0 = raised }
                 }
                 return Task.currentPriority
             }
         }
         await waitUntil("the caller waits") { coalescer.callerCount(for: "k") == 1 }
         waiting.escalatePriority(to: .high)
+        await waitUntil("the work is escalated with its caller") { (seen.value ?? .low) >= .high }
+        release.open()
         let priority = try await waiting.value
         XCTAssertGreaterThanOrEqual(priority, .high, "the work ran at the priority its waiting caller was raised to")
     }

@@ -23,25 +23,15 @@ import Foundation
     @usableFromInline let observer: (@Sendable (CoalescingEvent<Key>) -> Void)?
     /// How long work may stay in flight with callers waiting before it is reported.
     let stallThreshold: Duration?
-    /// What callers hear when the work is cancelled, in the terms of the front-end.
-    @usableFromInline let cancellation: any Error
-
     init(
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?, cancellation: any Error,
         prefetchTimeout: Duration? = nil, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
     ) {
         self.observer = observer
-        self.stallThreshold = stallThreshold.flatMap(Self.schedulable)
-        self.cancellation = cancellation
+        self.stallThreshold = stallThreshold
         state = LockedState(
             Registry(
                 observed: observer != nil, cancellation: cancellation, prefetchTimeout: prefetchTimeout, now: now))
-    }
-
-    /// A threshold that can be scheduled, or nil for one too long to ever pass; a stall report
-    /// for work that has not even started makes no sense, so zero and less report at once.
-    private static func schedulable(_ threshold: Duration) -> Duration? {
-        threshold < Controls.never ? threshold : nil
     }
 
     // MARK: The registry
@@ -127,23 +117,21 @@ import Foundation
         mutating func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) -> Effects<Value>
         {
             guard work.isInFlight else { return Effects() }
-            var effects = Effects<Value>()
+            var caller: Caller<Value>?
             if let slot {
-                guard let caller = work.callers.remove(slot, reason: reason) else { return effects }
-                effects.withdrawn = (caller, reason)
-                guard caller.waits else { return effects }
-                work.live -= 1
-                switch reason {
-                case .withdrawn: statistics.callersWithdrawn += 1
-                case .timedOut: statistics.callersTimedOut += 1
-                }
-                record(.callerWithdrawn(key: work.key, reason: reason))
-                if work.release(slot) {
-                    effects.reprioritize = work
+                caller = work.callers.remove(slot, reason: reason)
+                guard let caller else { return Effects() }
+                if caller.waits {
+                    work.live -= 1
+                    statistics.countDeparture(reason)
+                    record(.callerWithdrawn(key: work.key, reason: reason))
                 }
             }
-            if work.live == 0, work.policy == .cancel {
-                effects.merge(end(work, with: .failure(cancellation), stopping: true))
+            let abandoned = work.live == 0 && work.policy == .cancel && caller?.waits != false
+            var effects = abandoned ? end(work, with: .failure(cancellation), stopping: true) : Effects()
+            effects.withdrawn = caller.map { ($0, reason) }
+            if let slot, work.release(slot) {
+                effects.reprioritize = work
             }
             return effects
         }
@@ -173,12 +161,7 @@ import Foundation
                 unindex(work)
             }
             let outcome = WorkOutcome(result)
-            statistics.callersServed += served
-            switch outcome {
-            case .succeeded: statistics.workSucceeded += 1
-            case .failed: statistics.workFailed += 1
-            case .cancelled: statistics.workCancelled += 1
-            }
+            statistics.countEnd(outcome, served: served)
             record(
                 .workEnded(
                     key: work.key, outcome: outcome, callersServed: served,
@@ -258,25 +241,23 @@ import Foundation
     // MARK: Transitions, carried out
 
     /// Runs `transition` under the lock, then carries out what it returns and delivers the events.
-    @inlinable func change<Value, Result>(_ transition: (inout Registry) -> (Result, Effects<Value>)) -> Result {
-        let (result, effects) = state.withLock(transition)
-        carryOut(effects)
-        return result
+    @inlinable func change<Value>(_ transition: (inout Registry) -> Effects<Value>) {
+        carryOut(state.withLock(transition))
     }
 
     /// Withdraws the caller in `slot` of `work`.
     @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) {
-        change { ((), $0.withdraw(work, slot: slot, reason: reason)) }
+        change { $0.withdraw(work, slot: slot, reason: reason) }
     }
 
     /// Decides `work`'s result and serves its callers; nothing if it was already decided.
     @usableFromInline func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>) {
-        change { ((), $0.end(work, with: result, stopping: false)) }
+        change { $0.end(work, with: result, stopping: false) }
     }
 
     /// Cancels `work` for all its callers.
     @usableFromInline func cancel<Value>(_ work: Work<Key, Value>) {
-        change { ((), $0.end(work, with: .failure(cancellation), stopping: true)) }
+        change { $0.end(work, with: .failure($0.cancellation), stopping: true) }
     }
 
     /// Cancels the work in flight under every key that `matches`, forgotten work included when
@@ -316,36 +297,38 @@ import Foundation
 
     /// Carries out `effects` in the order that keeps every promise: running work sees it was
     /// cancelled before anyone hears so; absorbed operations finish before the operation that ran
-    /// the work, and that one before any handler runs; the priority follows.
+    /// the work, and that one before any handler runs; the observer hears of the end before the
+    /// callers are handed the result; the priority follows.
     @inlinable func carryOut<Value>(_ effects: Effects<Value>) {
-        if !effects.isEmpty {
-            effects.stop?.stop()
-            if let (caller, reason) = effects.withdrawn {
-                caller.tell(.failure(reason.error(cancelled: cancellation, for: caller)))
-            }
-            if let (callers, result) = effects.served {
-                var delivery = Delivery<Value>()
-                delivery.add(callers, result: result)
-                effects.ended?.ended()
-                delivery.deliver(result)
-            } else {
-                effects.ended?.ended()
-            }
-            if let work = effects.reprioritize {
-                applyPriority(of: work)
-            }
+        effects.stop?.stop()
+        if let (caller, reason) = effects.withdrawn {
+            caller.tell(.failure(reason.error(for: caller)))
         }
+        var delivery = Delivery<Value>()
+        if let (callers, result) = effects.served {
+            delivery.add(callers, result: result)
+        }
+        effects.ended?.ended()
         if observer != nil {
             deliverEvents()
+        }
+        if let (_, result) = effects.served {
+            delivery.deliver(result)
+        }
+        if let work = effects.reprioritize {
+            applyPriority(of: work)
         }
     }
 
     // MARK: Waiting tasks
 
     /// Waits in `slot` for `work`'s result. A task cancelled meanwhile withdraws its caller at
-    /// once, and a more urgent task raises the work's priority as it waits.
-    @inlinable func wait<Value>(for work: Work<Key, Value>, in slot: Int) async throws -> Value {
-        try await withPriorityForwarding(to: work, slot: slot) {
+    /// once, and a task escalated since it arrived at `arrivedAt`, or while it waits, raises the
+    /// work's priority.
+    @inlinable func wait<Value>(
+        for work: Work<Key, Value>, in slot: Int, arrivedAt: TaskPriority? = nil
+    ) async throws -> Value {
+        try await withPriorityForwarding(to: work, slot: slot, arrivedAt: arrivedAt) {
             try await withTaskCancellationHandler {
                 try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
                     if let result = state.withLock({ _ in work.park(continuation, in: slot) }) {
@@ -361,12 +344,16 @@ import Foundation
     /// Runs `body`, raising the priority `slot` asks of `work` whenever the waiting task is
     /// escalated (on runtimes that can tell, Swift 6.2 and later).
     @inlinable func withPriorityForwarding<Value, Result>(
-        to work: Work<Key, Value>, slot: Int, _ body: () async throws -> Result
+        to work: Work<Key, Value>, slot: Int, arrivedAt: TaskPriority?, _ body: () async throws -> Result
     ) async throws -> Result {
         #if compiler(>=6.2)
         if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
             return try await withTaskPriorityEscalationHandler {
-                try await body()
+                // An escalation between arriving and installing the handler is not reported to it.
+                if let arrivedAt, Task.currentPriority > arrivedAt {
+                    reprioritize(work, slot: slot, to: .task(Task.currentPriority))
+                }
+                return try await body()
             } onPriorityEscalated: { [self] _, raised in
                 reprioritize(work, slot: slot, to: .task(raised))
             }
@@ -533,12 +520,6 @@ extension Engine {
             stop == nil && withdrawn == nil && served == nil && ended == nil && reprioritize == nil
         }
 
-        @usableFromInline mutating func merge(_ other: Effects<Value>) {
-            stop = other.stop ?? stop
-            served = other.served ?? served
-            ended = other.ended ?? ended
-            reprioritize = other.reprioritize ?? reprioritize
-        }
     }
 }
 
@@ -697,7 +678,7 @@ extension Engine {
             callers.entries[slot] = .task(continuation, consumes: consumes)
             return nil
         case (.left(let reason), _):
-            return .failure(reason.error(cancelled: CancellationError(), for: Caller<Value>.task(nil, consumes: false)))
+            return .failure(reason.error(for: Caller<Value>.task(nil, consumes: false)))
         case (.task(nil, _), .ended(let result?)):
             return result
         default:
@@ -953,7 +934,7 @@ extension Engine {
 extension WithdrawalReason {
     /// What a caller that left for this reason hears: `cancelled` for a handler or an
     /// operation, `CancellationError` for a waiting task, ``CoalescingError/timedOut`` for all.
-    @usableFromInline func error<Value>(cancelled: any Error, for caller: Caller<Value>) -> any Error {
+    @usableFromInline func error<Value>(for caller: Caller<Value>) -> any Error {
         switch (self, caller) {
         case (.timedOut, _): CoalescingError.timedOut
         case (.withdrawn, .task): CancellationError()

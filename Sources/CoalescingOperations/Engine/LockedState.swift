@@ -1,5 +1,5 @@
-#if canImport(os)
-import os
+#if canImport(Darwin)
+import Darwin
 #elseif canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -50,32 +50,12 @@ import Musl
 // keeps the whole box from being `Sendable`.
 extension LockedState: @unchecked Sendable where State: Sendable {}
 
-/// The cheapest non-recursive mutex of each platform, used in place in memory it does not own.
+/// A POSIX mutex, used in place in memory it does not own: one implementation on every platform,
+/// the one this package's tests and sanitizer runs exercise.
 ///
 /// Every pthread call's result is checked: a failure means memory corruption or a lock used after
 /// it was destroyed, and going on would break every guarantee built on it.
 @usableFromInline enum PlatformLock {
-    // Apple platforms: os_unfair_lock, whose calls cannot fail.
-    #if canImport(os)
-    @usableFromInline typealias Primitive = os_unfair_lock
-
-    @usableFromInline static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        lock.initialize(to: os_unfair_lock())
-    }
-
-    @usableFromInline static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        lock.deinitialize(count: 1)
-    }
-
-    @inlinable static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
-        os_unfair_lock_lock(lock)
-    }
-
-    @inlinable static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
-        os_unfair_lock_unlock(lock)
-    }
-    // Linux and other POSIX systems: pthread_mutex_t.
-    #else
     @usableFromInline typealias Primitive = pthread_mutex_t
 
     @usableFromInline static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
@@ -99,5 +79,4 @@ extension LockedState: @unchecked Sendable where State: Sendable {}
         let status = pthread_mutex_unlock(lock)
         precondition(status == 0, "pthread_mutex_unlock failed with \(status)")
     }
-    #endif
 }

@@ -57,6 +57,24 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
         }
     }
 
+    /// Counts a caller leaving before the work ended.
+    mutating func countDeparture(_ reason: WithdrawalReason) {
+        switch reason {
+        case .withdrawn: callersWithdrawn += 1
+        case .timedOut: callersTimedOut += 1
+        }
+    }
+
+    /// Counts work ending, and the callers it served.
+    mutating func countEnd(_ outcome: WorkOutcome, served: Int) {
+        callersServed += served
+        switch outcome {
+        case .succeeded: workSucceeded += 1
+        case .failed: workFailed += 1
+        case .cancelled: workCancelled += 1
+        }
+    }
+
     /// The counts on one line, for logs.
     public var description: String {
         "work started \(workStarted), in flight \(workInFlight), succeeded \(workSucceeded), failed \(workFailed), "

@@ -149,47 +149,14 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// - Parameter operation: An operation with the same `Value` type, usually the same identifier.
     /// - Returns: True if `operation` now rides on this operation's work.
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
-        guard operation !== self, let (engine, work) = workForRiders() else { return false }
+        guard operation !== self, let (engine, work) = ownWork(), work.isInFlight else { return false }
         let priority = OperationPriority(of: operation)
-        let joined = engine.change { registry in
-            (
-                operation.ride(on: work, of: engine, in: &registry, priority: priority),
-                Engine<OperationKey>.Effects<Value>()
-            )
-        }
-        if let joined, joined.raised {
+        let joined = engine.state.withLock { operation.ride(on: work, of: engine, in: &$0, priority: priority) }
+        if joined?.raised == true {
             engine.applyPriority(of: work)
         }
+        engine.deliverEvents()
         return joined != nil
-    }
-
-    /// The work that operations absorbed by hand ride on: this operation's, in the engine that
-    /// holds it, or in an engine of its own, made now, while nobody has enqueued it.
-    private final func workForRiders() -> (Engine<OperationKey>, Work<OperationKey, Value>)? {
-        let policy = abandonedWorkPolicy
-        let priority = OperationPriority(of: self)
-        return lifecycle.withLock { lifecycle in
-            switch lifecycle {
-            case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
-                return work.isInFlight ? (engine, work) : nil
-            case .idle(.own(let own), let onQueue):
-                let engine = Engine<OperationKey>(
-                    observer: nil, stallThreshold: nil, cancellation: ConcurrentOperationError.cancelled)
-                let work = Work(
-                    key: OperationKey(identifier: identifier, valueType: Value.self), runner: .operation(self),
-                    policy: policy, floor: .operation(priority), timed: false)
-                engine.state.withLock { registry in
-                    registry.start(work)
-                    if let own {
-                        _ = registry.join(work, own, priority: nil)
-                    }
-                }
-                lifecycle = .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: onQueue)
-                return (engine, work)
-            case .executing(.own), .riding, .decidedBeforeStart, .finished:
-                return nil
-            }
-        }
     }
 
     // MARK: Joining, under the engine's lock
@@ -231,7 +198,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     }
 
     /// The work this operation runs or rides on, in the engine that holds it, while in flight.
-    final var work: (Engine<OperationKey>, Work<OperationKey, Value>)? {
+    @usableFromInline final var work: (Engine<OperationKey>, Work<OperationKey, Value>)? {
         switch lifecycle.withLock({ $0 }) {
         case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)),
             .riding(let engine, let work, _, _):

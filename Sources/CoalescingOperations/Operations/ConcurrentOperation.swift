@@ -130,13 +130,10 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///
     /// - Parameter result: The value, or the error, every caller receives.
     @inlinable public final func finish(result: Result<Value, Error>) {
-        switch lifecycle.withLock({ $0 }) {
-        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
+        if let (engine, work) = ownWork() {
             engine.settle(work, with: result)
-        case .idle(.own, _), .executing(.own), .riding:
-            decideAlone(result)
-        case .decidedBeforeStart, .finished:
-            break
+        } else {
+            leaveRide(with: result)
         }
     }
 
@@ -151,67 +148,29 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
     ///   its caller only; see ``CoalescibleOperation``.
     open override func cancel() {
-        switch lifecycle.withLock({ $0 }) {
-        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
-            // Three steps, in this order. Deciding comes before Foundation hears of it:
-            // `super.cancel()` makes an operation that waits on dependencies ready, and its queue
-            // may start it at once on another thread, where `start()` must find the work decided.
-            // Serving comes after: running work sees `isCancelled` before any caller hears.
-            let effects = engine.state.withLock { $0.end(work, with: .failure(engine.cancellation), stopping: false) }
-            super.cancel()
-            engine.carryOut(effects)
-        case .riding(let engine, let work, let slot, _):
-            super.cancel()
-            engine.withdraw(work, slot: slot, reason: .withdrawn)
-        case .idle(.own, _), .executing(.own):
-            decideAlone(.failure(ConcurrentOperationError.cancelled), cancelling: true)
-        case .decidedBeforeStart, .finished:
-            break
+        guard let (engine, work) = ownWork() else {
+            if case .riding(let engine, let work, let slot, _) = lifecycle.withLock({ $0 }) {
+                super.cancel()
+                engine.withdraw(work, slot: slot, reason: .withdrawn)
+            }
+            return
         }
+        // Three steps, in this order. Deciding comes before Foundation hears of it:
+        // `super.cancel()` makes an operation that waits on dependencies ready, and its queue may
+        // start it at once on another thread, where `start()` must find the work decided. Serving
+        // comes after: running work sees `isCancelled` before any caller hears.
+        let effects = engine.state.withLock { $0.end(work, with: .failure($0.cancellation), stopping: false) }
+        super.cancel()
+        engine.carryOut(effects)
     }
 
-    /// Decides the result of an operation that no engine holds: it serves its own caller. An
-    /// absorbed operation deciding by itself leaves the work it rode on, with its own result.
-    @usableFromInline final func decideAlone(_ result: Result<Value, Error>, cancelling: Bool = false) {
-        if cancelling, case .executing = lifecycle.withLock({ $0 }) {
-            // Running work sees `isCancelled` before its caller hears; Foundation ignores a
-            // cancel once the operation reports finished.
-            super.cancel()
-        }
-        // The lifecycle moves (or not) in one step, so that a cancel racing a finish decides once.
-        let decision = postingChanges(to: ["isExecuting", "isFinished"]) {
-            lifecycle.withLock { lifecycle -> LoneDecision<Value> in
-                switch lifecycle {
-                case .idle(.own(let own), let onQueue):
-                    lifecycle = .decidedBeforeStart(onQueue: onQueue)
-                    return .own(own)
-                case .executing(.own(let own)):
-                    lifecycle = .finished
-                    return .own(own)
-                case .riding(let engine, let work, let slot, let own):
-                    lifecycle = .finished
-                    return .leave(engine, work, slot: slot, own: own)
-                case .idle(.work, _), .executing(.work), .decidedBeforeStart, .finished:
-                    return .none
-                }
-            }
-        }
-        if cancelling {
-            // After deciding: an operation waiting on dependencies turns ready, and its queue may
-            // start it at once, where `start()` must find it decided.
-            super.cancel()
-        }
-        switch decision {
-        case .own(let own):
-            releaseDependenciesIfUnqueued()
-            own?.tell(result)
-        case .leave(let engine, let work, let slot, let own):
-            own?.tell(result)
-            // Finished already: the engine finds nobody left to serve in its slot.
-            engine.withdraw(work, slot: slot, reason: .withdrawn)
-        case .none:
-            break
-        }
+    /// An absorbed operation finishing by itself leaves the work it rode on with its own result.
+    @usableFromInline final func leaveRide(with result: Result<Value, Error>) {
+        guard case .riding(let engine, let work, let slot, let own) = lifecycle.withLock({ $0 }) else { return }
+        // Finished first, so that the engine finds nobody left to serve in its slot.
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        own?.tell(result)
+        engine.withdraw(work, slot: slot, reason: .withdrawn)
     }
 }
 
@@ -219,15 +178,6 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
 /// it), or nothing.
 private enum StartStep {
     case run(Engine<OperationKey>?, AnyWork<OperationKey>?)
-    case none
-}
-
-/// Who serves an operation that decides its result alone.
-private enum LoneDecision<Value> {
-    /// Its own caller.
-    case own(Caller<Value>?)
-    /// An absorbed operation leaves the work it rode on, with its own result.
-    case leave(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int, own: Caller<Value>?)
     case none
 }
 

@@ -40,6 +40,31 @@ import Foundation
     }
 }
 
+/// The engine of the operations no manager holds: on a queue of the app's, or coalesced by hand.
+/// It indexes nothing, so nothing ever joins their work by identifier.
+let unmanaged = Engine<OperationKey>(
+    observer: nil, stallThreshold: nil, cancellation: ConcurrentOperationError.cancelled)
+
+extension Work where Key == OperationKey {
+    /// Work for an operation no manager holds: not indexed, its own caller the only one.
+    convenience init(
+        adopting operation: ConcurrentOperation<Value>, caller: Caller<Value>?, policy: AbandonedWorkPolicy,
+        floor: OperationPriority
+    ) {
+        let identifier = (operation as? CoalescibleOperation<Value>)?.identifier ?? ""
+        self.init(
+            key: OperationKey(identifier: identifier, valueType: Value.self), runner: .operation(operation),
+            policy: policy, floor: .operation(floor), timed: false)
+        isIndexed = false
+        if let caller {
+            // Not shared yet: no lock is needed to give it its first caller.
+            _ = callers.add(caller)
+            live = caller.waits ? 1 : 0
+            arrivals = live
+        }
+    }
+}
+
 extension ConcurrentOperation {
     /// The engine handed out the result of the work this operation runs.
     @usableFromInline final func workEnded() {
@@ -88,6 +113,42 @@ extension ConcurrentOperation {
                 lifecycle = .decidedBeforeStart(onQueue: true)
                 return false
             case .idle, .executing, .riding, .decidedBeforeStart, .finished:
+                return nil
+            }
+        }
+    }
+
+    /// The work this operation runs, in the engine that holds it. An operation that no manager
+    /// holds adopts one the first time it needs it (to finish, to be cancelled, to absorb another
+    /// by hand), in an engine shared by all such operations that indexes none of them: its result
+    /// then takes the same path as any other. Nil for an operation that rides on other work or
+    /// whose result is decided.
+    @usableFromInline final func ownWork() -> (Engine<OperationKey>, Work<OperationKey, Value>)? {
+        switch lifecycle.withLock({ $0 }) {
+        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
+            return (engine, work)
+        case .riding, .decidedBeforeStart, .finished:
+            return nil
+        case .idle(.own, _), .executing(.own):
+            break
+        }
+        // Read before locking: the getters are overridable, and no user code runs under a lock.
+        let policy = (self as? CoalescibleOperation<Value>)?.abandonedWorkPolicy ?? .cancel
+        let floor = OperationPriority(of: self)
+        return lifecycle.withLock { lifecycle in
+            switch lifecycle {
+            case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
+                return (engine, work)
+            case .idle(.own(let own), let onQueue):
+                let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
+                lifecycle = .idle(.work(unmanaged, work, slot: own == nil ? nil : 0), onQueue: onQueue)
+                return (unmanaged, work)
+            case .executing(.own(let own)):
+                let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
+                work.isPriorityFrozen = true
+                lifecycle = .executing(.work(unmanaged, work, slot: own == nil ? nil : 0))
+                return (unmanaged, work)
+            case .riding, .decidedBeforeStart, .finished:
                 return nil
             }
         }

@@ -141,7 +141,7 @@ public final class OperationQueueManager: Sendable {
     ) -> CoalescingHandle<Value> {
         let caller = Caller<Value>.handler(completionHandler, queue: callBackQueue)
         let handle = arrive(identifier: identifier, caller, priority: priority, timeout: timeout, makeOperation)
-        if handle.admission == .ignored {
+        if handle.work == nil {
             caller.tell(.failure(ConcurrentOperationError.cancelled))
         }
         return handle
@@ -199,17 +199,8 @@ public final class OperationQueueManager: Sendable {
         isolation: isolated (any Actor)? = #isolation
     ) async throws -> Value {
         try Task.checkCancellation()
-        _ = launched(operation, admit(operation, then: nil), timeout: nil)
-        // Wherever the operation went (it may have been enqueued before, even by another
-        // manager), this caller waits for the work it runs or rides on.
-        guard let (engine, work) = operation.work,
-            let slot = engine.change({ registry -> (Int?, Engine<OperationKey>.Effects<Value>) in
-                (work.isInFlight ? registry.join(work, .task(nil, consumes: false), priority: nil).slot : nil, .init())
-            })
-        else { throw ConcurrentOperationError.cancelled }
-        if let timeout {
-            engine.withdraw(work, slot: slot, after: timeout)
-        }
+        let handle = launched(operation, admit(operation, then: (.task(nil, consumes: false), nil)), timeout: timeout)
+        guard let work = handle.work, let slot = handle.slot else { throw ConcurrentOperationError.cancelled }
         return try await engine.wait(for: work, in: slot)
     }
 
@@ -331,6 +322,9 @@ public final class OperationQueueManager: Sendable {
             } else if let runs = operation.claimForQueue() {
                 // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
                 (admitted.admission, admitted.queued) = (runs ? .startedWork : .ignored, true)
+            } else if caller != nil, let (owner, work) = operation.work, owner === engine {
+                // Enqueued here before: a caller brought with it waits for the work it runs or rides.
+                (admitted.admission, admitted.work) = (.joinedWork, work)
             }
             if let (caller, demand) = caller, let work = admitted.work {
                 let joined = registry.join(work, caller, priority: demand)

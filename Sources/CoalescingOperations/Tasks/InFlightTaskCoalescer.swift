@@ -91,10 +91,10 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         let arrival = engine.arrive(
             key: key, as: .plain, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
             operation: operation)
-        guard case .waiting(let work, let slot) = arrival else {
+        guard case .waiting(let work, let slot, let priority) = arrival else {
             preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }
-        return try await engine.wait(for: work, in: slot)
+        return try await engine.wait(for: work, in: slot, arrivedAt: priority)
     }
 
     /// Cancels the work in flight for `key`: its callers throw `CancellationError` at once, and the

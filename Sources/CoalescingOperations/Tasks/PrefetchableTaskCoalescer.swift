@@ -100,7 +100,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             key: key, as: .consumer, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot): return try await engine.wait(for: work, in: slot)
+        case .waiting(let work, let slot, let priority):
+            return try await engine.wait(for: work, in: slot, arrivedAt: priority)
         case .taken(let value): return value
         case .alreadyStored: preconditionFailure("PrefetchableTaskCoalescer: a consumer was told to do nothing")
         }
@@ -139,7 +140,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             key: key, as: .prefetcher, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot): _ = try await engine.wait(for: work, in: slot)
+        case .waiting(let work, let slot, let priority):
+            _ = try await engine.wait(for: work, in: slot, arrivedAt: priority)
         case .alreadyStored: return
         case .taken: preconditionFailure("PrefetchableTaskCoalescer: a prefetcher took a stored result")
         }

@@ -36,7 +36,7 @@ extension Engine {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
                 let joined = registry.join(work, caller, priority: .task(callerPriority))
                 raised = joined.raised
-                return .waiting(work, slot: joined.slot)
+                return .waiting(work, slot: joined.slot, priority: callerPriority)
             }
             let startPriority = priority ?? callerPriority
             let work = Work<Key, Value>(
@@ -57,9 +57,9 @@ extension Engine {
                         settle(work, with: result)
                     }))
             started = true
-            return .waiting(work, slot: slot)
+            return .waiting(work, slot: slot, priority: callerPriority)
         }
-        if case .waiting(let work, let slot) = arrival {
+        if case .waiting(let work, let slot, _) = arrival {
             if started {
                 watchForStall(work)
             }
@@ -91,8 +91,8 @@ extension Engine {
 
 /// How a task caller arrived.
 @usableFromInline enum TaskArrival<Key: Hashable & Sendable, Value> {
-    /// The caller started or joined `work` and has a slot in it.
-    case waiting(Work<Key, Value>, slot: Int)
+    /// The caller started or joined `work` and has a slot in it; it arrived at `priority`.
+    case waiting(Work<Key, Value>, slot: Int, priority: TaskPriority)
     /// A consumer took the prefetched value; nothing to wait for.
     case taken(Value)
     /// A prefetcher found a result already stored; nothing to do.
