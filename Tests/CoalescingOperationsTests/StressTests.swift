@@ -92,6 +92,7 @@ final class StressTests: XCTestCase {
         print("StressTests seed \(seed), \(callers) callers; replay with COALESCING_STRESS_SEED=\(seed)")
 
         let events = EventCounts()
+        let dependentEvents = EventCounts()
         let manager = OperationQueueManager(observer: events.count)
         // The manager's own queue is a callback queue too: `cancelAll()` and
         // `cancelAllOperations()` then meet results on their way to callers.
@@ -100,7 +101,9 @@ final class StressTests: XCTestCase {
         // Operations with dependencies go through a manager of their own, whose queue is mostly
         // idle: on a busy queue, an operation that turns ready waits, and the race between its
         // start and its cancellation would hardly ever be run.
-        let dependentManager = OperationQueueManager(observer: events.count)
+        let dependentManager = OperationQueueManager(observer: dependentEvents.count)
+        // Forgets that dropped work in flight: each lets one more piece of work on the key overlap.
+        let forgotten = LockedBox([String: Int]())
         // How each caller was admitted, and the riders that came in by hand.
         let admissions = LockedBox([CoalescingHandle<Int>.Admission: Int]())
         let riders = Counter()
@@ -214,7 +217,10 @@ final class StressTests: XCTestCase {
                 case 10..<800: handle.cancel()
                 case 800..<1200: (operation as Operation?)?.cancel() ?? handle.cancel()
                 case 1200..<1300: manager.cancel(identifier: "\(identifier)")
-                case 1300..<1400: manager.forget(identifier: "\(identifier)")
+                case 1300..<1400:
+                    if manager.forget(identifier: "\(identifier)") {
+                        forgotten.mutate { $0["\(identifier)", default: 0] += 1 }
+                    }
                 case 1400..<1500: handle.setPriority(priority)
                 case 1500..<2000:
                     pendingFinishes.enter()
@@ -259,7 +265,9 @@ final class StressTests: XCTestCase {
         XCTAssertEqual(
             departed, callers + riders.current - 2 * handCoalesced,
             "seed \(seed): every caller leaves once: \(statistics)")
-        let counted = events.counts
+        XCTAssertEqual(events.order.problems(forgotten: forgotten.value), [], "seed \(seed): events interleave")
+        XCTAssertEqual(dependentEvents.order.problems(forgotten: [:]), [], "seed \(seed): events interleave")
+        let counted = events.counts + dependentEvents.counts
         XCTAssertEqual(counted.started, total(\.workStarted), "seed \(seed)")
         XCTAssertEqual(counted.joined, total(\.callersJoined), "seed \(seed)")
         XCTAssertEqual(counted.withdrawn, total(\.callersWithdrawn), "seed \(seed)")
@@ -277,14 +285,28 @@ final class StressTests: XCTestCase {
             var timedOut = 0
             var ended = 0
             var served = 0
+            var order = EventOrder()
+
+            static func + (lhs: Counts, rhs: Counts) -> Counts {
+                var sum = lhs
+                sum.started += rhs.started
+                sum.joined += rhs.joined
+                sum.withdrawn += rhs.withdrawn
+                sum.timedOut += rhs.timedOut
+                sum.ended += rhs.ended
+                sum.served += rhs.served
+                return sum
+            }
         }
 
         private let box = LockedBox(Counts())
 
         var counts: Counts { box.value }
+        var order: EventOrder { box.value.order }
 
         func count(_ event: CoalescingEvent<String>) {
             box.mutate { counts in
+                counts.order.follow(event)
                 switch event {
                 case .workStarted: counts.started += 1
                 case .callerJoined: counts.joined += 1
