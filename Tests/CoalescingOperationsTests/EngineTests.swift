@@ -13,7 +13,7 @@ final class EngineTests: XCTestCase {
         observer: { _ in }, stallThreshold: nil, cancellation: CancellationError(), prefetchTimeout: .seconds(30))
 
     private func work(_ key: String = "k", policy: AbandonedWorkPolicy = .cancel) -> Work<String, Int> {
-        Work(key: key, runner: .task(nil), policy: policy, floor: .task(.medium), timed: false)
+        Work(key: key, runner: .task(nil), policy: policy, floor: Urgency(TaskPriority.medium), timed: false)
     }
 
     private func events(_ registry: inout TestEngine.Registry) -> [String] {
@@ -35,8 +35,8 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            XCTAssertEqual(registry.join(work, Self.handler, priority: nil).slot, 0)
-            XCTAssertEqual(registry.join(work, Self.handler, priority: nil).slot, 1)
+            XCTAssertEqual(registry.join(work, Self.handler), 0)
+            XCTAssertEqual(registry.join(work, Self.handler), 1)
             XCTAssertTrue(registry.inFlight("k", as: Int.self) === work)
             XCTAssertEqual(registry.statistics.workStarted, 1)
             XCTAssertEqual(registry.statistics.callersArrived, 2)
@@ -50,7 +50,7 @@ final class EngineTests: XCTestCase {
             let work = work()
             registry.start(work)
             let rider = CoalescibleOperation<Int>(identifier: "k")
-            _ = registry.join(work, .operation(rider, waits: false), priority: nil)
+            _ = registry.join(work, .operation(rider, waits: false))
             XCTAssertEqual(work.live, 0)
             XCTAssertEqual(registry.statistics.callersArrived, 0)
         }
@@ -60,8 +60,8 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler, priority: nil)
-            _ = registry.join(work, Self.handler, priority: nil)
+            _ = registry.join(work, Self.handler)
+            _ = registry.join(work, Self.handler)
             _ = events(&registry)
 
             let effects = registry.withdraw(work, slot: 1, reason: .timedOut)
@@ -79,7 +79,7 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler, priority: nil)
+            _ = registry.join(work, Self.handler)
             _ = events(&registry)
 
             let effects = registry.withdraw(work, slot: 0, reason: .withdrawn)
@@ -97,7 +97,7 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work(policy: .runToCompletion)
             registry.start(work)
-            _ = registry.join(work, Self.handler, priority: nil)
+            _ = registry.join(work, Self.handler)
 
             let effects = registry.withdraw(work, slot: 0, reason: .withdrawn)
             XCTAssertNil(effects.stop)
@@ -110,7 +110,7 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler, priority: nil)
+            _ = registry.join(work, Self.handler)
 
             let first = registry.end(work, with: .success(1), stopping: false)
             XCTAssertEqual(first.served?.0.entries.count, 1)
@@ -141,15 +141,15 @@ final class EngineTests: XCTestCase {
             let waitedFor = work("a")
             waitedFor.isPrefetch = true
             registry.start(waitedFor)
-            _ = registry.join(waitedFor, .task(nil, consumes: true), priority: nil)
+            _ = registry.join(waitedFor, .task(nil, consumes: true))
             _ = registry.end(waitedFor, with: .success(1), stopping: false)
             XCTAssertNil(registry.takeStored("a", as: Int.self))
 
             let unclaimed = work("b")
             unclaimed.isPrefetch = true
             registry.start(unclaimed)
-            _ = registry.join(unclaimed, .task(nil, consumes: false), priority: nil)
-            _ = registry.join(unclaimed, .task(nil, consumes: true), priority: nil)
+            _ = registry.join(unclaimed, .task(nil, consumes: false))
+            _ = registry.join(unclaimed, .task(nil, consumes: true))
             _ = registry.withdraw(unclaimed, slot: 1, reason: .withdrawn)
             XCTAssertTrue(unclaimed.isInFlight, "the prefetcher still waits")
             _ = registry.end(unclaimed, with: .success(2), stopping: false)
@@ -161,21 +161,20 @@ final class EngineTests: XCTestCase {
     func testTheWorksPriorityIsItsMostUrgentWaitingCallersRecomputedWhenOneLeaves() {
         engine.state.withLock { registry in
             let work = Work<String, Int>(
-                key: "k", runner: .task(nil), policy: .runToCompletion,
-                floor: .operation(OperationPriority()), timed: false)
+                key: "k", runner: .operation(CoalescibleOperation<Int>(identifier: "k")), policy: .runToCompletion,
+                floor: Urgency(OperationPriority()), timed: false)
             registry.start(work)
             let urgent = OperationPriority(queuePriority: .veryHigh)
             let high = OperationPriority(queuePriority: .high, qualityOfService: .userInitiated)
-            _ = registry.join(work, Self.handler, priority: .operation(high))
-            _ = registry.join(work, Self.handler, priority: .operation(urgent))
+            _ = work.demand(Urgency(high), from: registry.join(work, Self.handler))
+            _ = work.demand(Urgency(urgent), from: registry.join(work, Self.handler))
             XCTAssertEqual(
-                work.target,
-                .operation(OperationPriority(queuePriority: .veryHigh, qualityOfService: .userInitiated)))
+                work.target, Urgency(OperationPriority(queuePriority: .veryHigh, qualityOfService: .userInitiated)))
 
             _ = registry.withdraw(work, slot: 1, reason: .withdrawn)
-            XCTAssertEqual(work.target, .operation(high), "the urgency left with its caller")
+            XCTAssertEqual(work.target, Urgency(high), "the urgency left with its caller")
             _ = registry.withdraw(work, slot: 0, reason: .withdrawn)
-            XCTAssertEqual(work.target, .operation(OperationPriority()), "never below the operation's own")
+            XCTAssertEqual(work.target, Urgency(OperationPriority()), "never below the operation's own")
         }
     }
 }

@@ -117,22 +117,8 @@ public enum WorkPriority: Sendable, Equatable {
     case operation(OperationPriority)
     /// A task's priority.
     case task(TaskPriority)
-
-    /// The more urgent of the two, knob by knob for operations.
-    func raised(to other: WorkPriority) -> WorkPriority {
-        switch (self, other) {
-        case (.operation(let mine), .operation(let theirs)): .operation(mine.raised(to: theirs))
-        case (.task(let mine), .task(let theirs)): .task(max(mine, theirs))
-        default: self
-        }
-    }
 }
 
-/// One step in the life of coalesced work, handed to the observer given to a coalescer.
-///
-/// `Key` is the identifier (`String`) for ``OperationQueueManager`` and the key for the task
-/// coalescers. Events reach the observer in the order of the steps they describe: work starts
-/// before callers join it, and a caller joins before it withdraws or the work ends.
 public enum CoalescingEvent<Key: Hashable & Sendable>: Sendable {
     /// A caller found nothing in flight and started work.
     case workStarted(key: Key)

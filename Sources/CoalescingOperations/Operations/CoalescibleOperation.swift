@@ -174,7 +174,8 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
             return .some(own)
         }
         guard let own = fresh else { return nil }
-        return registry.join(work, .operation(self, waits: own != nil), priority: .operation(priority))
+        let joined = registry.join(work, .operation(self, waits: own != nil))
+        return (joined, work.demand(Urgency(priority), from: joined))
     }
 
     /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
@@ -184,7 +185,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         priority: OperationPriority, policy: AbandonedWorkPolicy
     ) -> (work: Work<OperationKey, Value>, slot: Int?)? {
         let work = Work<OperationKey, Value>(
-            key: key, runner: .operation(self), policy: policy, floor: .operation(priority),
+            key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
             timed: registry.events != nil)
         let own = lifecycle.withLock { lifecycle -> Caller<Value>?? in
             guard let own = lifecycle.freshCaller else { return nil }
@@ -194,7 +195,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         guard let own else { return nil }
         registry.start(work)
         guard let own else { return (work, nil) }
-        return (work, registry.join(work, own, priority: nil).slot)
+        return (work, registry.join(work, own))
     }
 
     /// The work this operation runs or rides on, in the engine that holds it, while in flight.

@@ -48,7 +48,7 @@ public struct CoalescingHandle<Value>: Sendable {
     /// - Parameter priority: The caller's new priority; nil asks for nothing.
     public func setPriority(_ priority: OperationPriority?) {
         if let engine, let work {
-            engine.reprioritize(work, slot: slot, to: priority.map(WorkPriority.operation))
+            engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init))
         }
     }
 }

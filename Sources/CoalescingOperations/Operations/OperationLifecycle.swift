@@ -54,7 +54,7 @@ extension Work where Key == OperationKey {
         let identifier = (operation as? CoalescibleOperation<Value>)?.identifier ?? ""
         self.init(
             key: OperationKey(identifier: identifier, valueType: Value.self), runner: .operation(operation),
-            policy: policy, floor: .operation(floor), timed: false)
+            policy: policy, floor: Urgency(floor), timed: false)
         isIndexed = false
         if let caller {
             // Not shared yet: no lock is needed to give it its first caller.

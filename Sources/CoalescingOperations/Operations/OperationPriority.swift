@@ -7,12 +7,12 @@ import Foundation
 /// `queuePriority` and `qualityOfService`, or with the `priority:` argument of the methods that
 /// join with a handler alone.
 public struct OperationPriority: Hashable, Sendable {
-    // Raw values, not Foundation's enums: those are resilient where Foundation is built for
+    // Plain integers, not Foundation's enums: those are resilient where Foundation is built for
     // library evolution (Linux today), and one resilient field makes every copy of the states that
-    // hold a priority go through value witnesses: +250 ns per join (BENCHMARKS.md). One byte
-    // each (every raw value fits), so that a caller's slot stays 32 bytes.
+    // hold a priority go through value witnesses: +250 ns per join (BENCHMARKS.md). The quality of
+    // service is kept by urgency, so that both knobs order as plain numbers.
     @usableFromInline var queueLevel: Int8
-    @usableFromInline var serviceLevel: Int8
+    @usableFromInline var serviceUrgency: UInt8
 
     /// The operation's place among the operations waiting on its queue.
     public var queuePriority: Operation.QueuePriority {
@@ -22,9 +22,14 @@ public struct OperationPriority: Hashable, Sendable {
 
     /// The class of the thread the operation runs on.
     public var qualityOfService: QualityOfService {
-        get { QualityOfService(rawValue: Int(serviceLevel)) ?? .default }
-        set { serviceLevel = Int8(clamping: newValue.rawValue) }
+        get { Self.services[Int(serviceUrgency)] }
+        set { serviceUrgency = newValue.urgency }
     }
+
+    /// The classes by urgency; their raw values do not order them (`.default` is -1).
+    private static let services: [QualityOfService] = [
+        .background, .utility, .default, .userInitiated, .userInteractive,
+    ]
 
     /// Creates a priority from its two knobs.
     ///
@@ -33,28 +38,18 @@ public struct OperationPriority: Hashable, Sendable {
     ///   - qualityOfService: The thread's class. Defaults to `.default`.
     public init(queuePriority: Operation.QueuePriority = .normal, qualityOfService: QualityOfService = .default) {
         queueLevel = Int8(clamping: queuePriority.rawValue)
-        serviceLevel = Int8(clamping: qualityOfService.rawValue)
+        serviceUrgency = qualityOfService.urgency
     }
 
     /// Reads an operation's current priority: its two getters, which a subclass may override.
     @usableFromInline init(of operation: Operation) {
         self.init(queuePriority: operation.queuePriority, qualityOfService: operation.qualityOfService)
     }
-
-    /// Each knob at the more urgent of the two values.
-    func raised(to other: OperationPriority) -> OperationPriority {
-        var raised = self
-        raised.queueLevel = max(queueLevel, other.queueLevel)
-        if other.qualityOfService.urgency > qualityOfService.urgency {
-            raised.serviceLevel = other.serviceLevel
-        }
-        return raised
-    }
 }
 
 extension QualityOfService {
     /// Orders the classes by urgency; their raw values do not (`.default` is -1).
-    var urgency: Int {
+    @usableFromInline var urgency: UInt8 {
         switch self {
         case .background: 0
         case .utility: 1
@@ -63,5 +58,50 @@ extension QualityOfService {
         case .userInteractive: 4
         @unknown default: 2
         }
+    }
+}
+
+/// How urgent work is, in the one small form the engine compares and stores: an operation's two
+/// knobs (queue priority, and quality of service by urgency), or a task's priority in the second.
+/// Each knob rises on its own. ``WorkPriority``, the public form, is built only for the observer.
+@usableFromInline struct Urgency: Equatable {
+    @usableFromInline var queue: Int8
+    @usableFromInline var service: UInt8
+
+    @inlinable init(_ priority: OperationPriority) {
+        queue = priority.queueLevel
+        service = priority.serviceUrgency
+    }
+
+    @inlinable init(_ priority: TaskPriority) {
+        queue = 0
+        service = priority.rawValue
+    }
+
+    @inlinable func raised(to other: Urgency) -> Urgency {
+        var raised = self
+        raised.queue = max(queue, other.queue)
+        raised.service = max(service, other.service)
+        return raised
+    }
+
+    /// Whether this urgency holds up either knob of `applied`: only a caller asking for it can
+    /// lower the work by leaving.
+    func holdsUp(_ applied: Urgency) -> Bool {
+        queue >= applied.queue || service >= applied.service
+    }
+
+    var operationPriority: OperationPriority {
+        var priority = OperationPriority()
+        priority.queueLevel = queue
+        priority.serviceUrgency = service
+        return priority
+    }
+
+    var taskPriority: TaskPriority { TaskPriority(rawValue: service) }
+
+    /// The public form, for the observer: a task's priority, or an operation's.
+    func event(rising: Bool) -> WorkPriority {
+        rising ? .task(taskPriority) : .operation(operationPriority)
     }
 }

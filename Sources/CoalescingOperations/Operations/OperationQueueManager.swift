@@ -18,7 +18,8 @@ import Foundation
 /// work in flight costs one dictionary look-up, whatever the number of pending operations.
 ///
 /// All methods are safe to call from any thread, including from completion handlers. Work in
-/// flight keeps its manager alive until its result is decided.
+/// flight keeps what it needs to finish (the index, the statistics and the observer), not the
+/// manager object: a manager released while its work runs still serves every caller.
 public final class OperationQueueManager: Sendable {
     /// The queue the work runs on.
     ///
@@ -300,7 +301,7 @@ public final class OperationQueueManager: Sendable {
     /// Admits `operation` under the lock: it joins identical work in flight, or starts new work,
     /// or (not fresh) is left alone; then `caller`, if any, waits for the work it started or
     /// joined, in place of the operation's own caller.
-    @inlinable func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, WorkPriority?)?)
+    @inlinable func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, Urgency?)?)
         -> Admitted<Value>
     {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
@@ -326,10 +327,10 @@ public final class OperationQueueManager: Sendable {
                 // Enqueued here before: a caller brought with it waits for the work it runs or rides.
                 (admitted.admission, admitted.work) = (.joinedWork, work)
             }
-            if let (caller, demand) = caller, let work = admitted.work {
-                let joined = registry.join(work, caller, priority: demand)
-                admitted.slot = joined.slot
-                admitted.raised = admitted.raised || joined.raised
+            if let (caller, urgency) = caller, let work = admitted.work {
+                let slot = registry.join(work, caller)
+                admitted.slot = slot
+                admitted.raised = (urgency.map { work.demand($0, from: slot) } ?? false) || admitted.raised
             }
             return admitted
         }
@@ -342,17 +343,20 @@ public final class OperationQueueManager: Sendable {
         _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
-        let demand = priority.map(WorkPriority.operation)
-        let joined = engine.state.withLock { registry in
-            registry.inFlight(key, as: Value.self).map { work in (work, registry.join(work, caller, priority: demand)) }
+        let urgency = priority.map(Urgency.init)
+        var joined: (work: Work<OperationKey, Value>, slot: Int, raised: Bool)?
+        engine.state.withLock { registry in
+            guard let work = registry.inFlight(key, as: Value.self) else { return }
+            let slot = registry.join(work, caller)
+            joined = (work, slot, urgency.map { work.demand($0, from: slot) } ?? false)
         }
-        if let (work, (slot, raised)) = joined {
+        if let (work, slot, raised) = joined {
             var admitted = Admitted<Value>()
             (admitted.admission, admitted.work, admitted.slot, admitted.raised) = (.joinedWork, work, slot, raised)
             return launched(nil, admitted, timeout: timeout)
         }
         let operation = makeOperation()
-        return launched(operation, admit(operation, then: (caller, demand)), timeout: timeout)
+        return launched(operation, admit(operation, then: (caller, urgency)), timeout: timeout)
     }
 
     /// Carries out an admission once the lock is released: queues the operation, watches the work

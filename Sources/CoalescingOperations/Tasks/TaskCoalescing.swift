@@ -34,17 +34,17 @@ extension Engine {
             }
             if let work = registry.inFlight(key, as: Value.self) {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
-                let joined = registry.join(work, caller, priority: .task(callerPriority))
-                raised = joined.raised
-                return .waiting(work, slot: joined.slot, priority: callerPriority)
+                let slot = registry.join(work, caller)
+                raised = work.demand(Urgency(callerPriority), from: slot)
+                return .waiting(work, slot: slot, priority: callerPriority)
             }
             let startPriority = priority ?? callerPriority
             let work = Work<Key, Value>(
-                key: key, runner: .task(nil), policy: whenAbandoned, floor: .task(startPriority),
+                key: key, runner: .task(nil), policy: whenAbandoned, floor: Urgency(startPriority),
                 timed: registry.events != nil)
             work.isPrefetch = role == .prefetcher
             registry.start(work)
-            let slot = registry.join(work, caller, priority: nil).slot
+            let slot = registry.join(work, caller)
             work.attach(
                 .task(
                     Self.startTask(name: name, priority: startPriority) { [self] in
