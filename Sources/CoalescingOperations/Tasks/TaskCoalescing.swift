@@ -21,22 +21,21 @@ extension Engine {
     ) -> TaskArrival<Key, Value> {
         let callerPriority = Task.currentPriority
         let caller = Caller<Value>.task(nil, consumes: role == .consumer)
-        var started = false
-        var raised = false
-        let arrival = state.withLock { registry -> TaskArrival<Key, Value> in
+        // Returned rather than captured: a `var` the closure mutates may cost an allocation.
+        let (arrival, started, raised) = state.withLock { registry -> (TaskArrival<Key, Value>, Bool, Bool) in
             if role != .plain, registry.nextExpiry != nil {
                 if role == .consumer, let value = registry.takeStored(key, as: Value.self) {
-                    return .taken(value)
+                    return (.taken(value), false, false)
                 }
                 if role == .prefetcher, registry.hasStored(key) {
-                    return .alreadyStored
+                    return (.alreadyStored, false, false)
                 }
             }
             if let work = registry.inFlight(key, as: Value.self) {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
                 let slot = registry.join(work, caller)
-                raised = work.demand(Urgency(callerPriority), from: slot)
-                return .waiting(work, slot: slot, priority: callerPriority)
+                let raised = work.demand(Urgency(callerPriority), from: slot)
+                return (.waiting(work, slot: slot, priority: callerPriority), false, raised)
             }
             let startPriority = priority ?? callerPriority
             let work = Work<Key, Value>(
@@ -56,8 +55,7 @@ extension Engine {
                         }
                         settle(work, with: result)
                     }))
-            started = true
-            return .waiting(work, slot: slot, priority: callerPriority)
+            return (.waiting(work, slot: slot, priority: callerPriority), true, false)
         }
         if case .waiting(let work, let slot, _) = arrival {
             if started {
