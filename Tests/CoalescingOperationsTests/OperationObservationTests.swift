@@ -70,7 +70,8 @@ final class OperationObservationTests: XCTestCase {
         XCTAssertEqual(statistics.workSucceeded, 1)
         XCTAssertEqual(statistics.workFailed, 1)
         XCTAssertEqual(statistics.workInFlight, 0)
-        XCTAssertEqual(statistics.callersSaved, 1, "three callers served by two runs")
+        XCTAssertEqual(statistics.callersArrived, 4)
+        XCTAssertEqual(statistics.callersSaved, 2, "each caller that joined spared a run, served or not")
     }
 
     func testTheObserverSeesEachStepOnceInTheOrderItHappened() {

@@ -73,6 +73,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
 
         var expected = CoalescingStatistics()
         expected.workStarted = 3
+        expected.callersArrived = 6
         expected.callersJoined = 3
         expected.callersWithdrawn = 1
         expected.callersTimedOut = 1
@@ -82,7 +83,8 @@ final class TaskCoalescerObservationTests: XCTestCase {
         expected.workCancelled = 1
         XCTAssertEqual(coalescer.statistics, expected, "\(coalescer.statistics)")
         XCTAssertEqual(coalescer.statistics.workInFlight, 0)
-        XCTAssertEqual(coalescer.statistics.callersSaved, 1)
+        XCTAssertEqual(
+            coalescer.statistics.callersSaved, 3, "each caller that joined spared a run, served or not")
     }
 
     func testAConsumerTakingAPrefetchedResultCountsAsACallerServedByThePrefetch() async throws {

@@ -131,6 +131,7 @@ private struct Plan {
         let events = LockedBox<[CoalescingEvent<String>]>([])
         let subject = make { event in events.mutate { $0.append(event) } }
         let gates = LockedBox([String: AsyncGate]())
+        var forgotten: [String: Int] = [:]
         let runs = Counter()
         /// Each key's work waits at the key's gate of the moment; opening a gate replaces it.
         @Sendable func gate(for key: String) -> AsyncGate {
@@ -162,7 +163,10 @@ private struct Plan {
             case .withdraw(let caller): callers[caller].cancel()
             case .open(let key): gates.mutate { $0.removeValue(forKey: key) }?.open()
             case .cancel(let key): _ = subject.cancel(key)
-            case .forget(let key): _ = subject.forget(key)
+            case .forget(let key):
+                if subject.forget(key) {
+                    forgotten[key, default: 0] += 1
+                }
             case .cancelAll: _ = subject.cancelAll()
             case .yield: await Task.yield()
             }
@@ -191,7 +195,11 @@ private struct Plan {
         await waitUntil("every event was delivered") {
             Self.statistics(of: events.value, taking: subject.statistics()) == subject.statistics()
         }
-        return check(outcomes, subject.statistics(), events.value)
+        var order = EventOrder()
+        for event in events.value {
+            order.follow(event)
+        }
+        return check(outcomes, subject.statistics(), events.value) + order.problems(forgotten: forgotten)
     }
 
     /// The statistics the events add up to. Consumers that took a stored result are counted, but
@@ -202,15 +210,28 @@ private struct Plan {
         var fromEvents = CoalescingStatistics()
         for event in events {
             switch event {
-            case .workStarted: fromEvents.workStarted += 1
-            case .callerJoined: fromEvents.callersJoined += 1
-            case .callerWithdrawn(_, let reason): fromEvents.recordWithdrawal(reason)
-            case .workEnded(_, let outcome, let served, _): fromEvents.recordEnd(outcome, callersServed: served)
+            // Every task work starts with the caller that started it.
+            case .workStarted:
+                fromEvents.workStarted += 1
+                fromEvents.callersArrived += 1
+            case .callerJoined:
+                fromEvents.callersJoined += 1
+                fromEvents.callersArrived += 1
+            case .callerWithdrawn(_, .withdrawn): fromEvents.callersWithdrawn += 1
+            case .callerWithdrawn(_, .timedOut): fromEvents.callersTimedOut += 1
+            case .workEnded(_, let outcome, let served, _):
+                fromEvents.callersServed += served
+                switch outcome {
+                case .succeeded: fromEvents.workSucceeded += 1
+                case .failed: fromEvents.workFailed += 1
+                case .cancelled: fromEvents.workCancelled += 1
+                }
             case .priorityChanged, .workStalled: break
             }
         }
         let takenFromStore = statistics.callersJoined - fromEvents.callersJoined
         fromEvents.callersJoined += takenFromStore
+        fromEvents.callersArrived += takenFromStore
         fromEvents.callersServed += takenFromStore
         return fromEvents
     }

@@ -68,8 +68,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     ///   - completionHandler: Called exactly once: with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
     ///     withdraws first.
-    @inlinable
-    public init(
+    @inlinable public init(
         identifier: String,
         callBackQueue: OperationQueue = OperationQueue.current ?? .main,
         completionHandler: @escaping (Result<Value, Error>) -> Void
@@ -86,8 +85,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// or for work nobody waits for, such as warming a cache.
     ///
     /// - Parameter identifier: Equal for operations that do the same work; see ``identifier``.
-    @inlinable
-    public init(identifier: String) {
+    @inlinable public init(identifier: String) {
         self.identifier = identifier
         super.init(callBackQueue: nil, completionHandler: nil)
     }
@@ -96,7 +94,8 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// default), or run to completion with nobody waiting.
     ///
     /// Override it for work whose effect matters even when nobody waits for the answer: a write,
-    /// an upload, a cache warm-up. Read, with no lock held, each time a caller withdraws.
+    /// an upload, a cache warm-up. Read once, with no lock held, when the operation is enqueued to
+    /// start the work.
     ///
     /// ```swift
     /// final class AvatarUpload: CoalescibleOperation<URL>, @unchecked Sendable {
@@ -113,7 +112,7 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     open override var queuePriority: Operation.QueuePriority {
         get { super.queuePriority }
         set {
-            if !setOwnPriority({ $0.queuePriority = newValue }) {
+            if !setFloor({ $0.queuePriority = newValue }) {
                 super.queuePriority = newValue
             }
         }
@@ -126,10 +125,18 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     open override var qualityOfService: QualityOfService {
         get { super.qualityOfService }
         set {
-            if !setOwnPriority({ $0.qualityOfService = newValue }) {
+            if !setFloor({ $0.qualityOfService = newValue }) {
                 super.qualityOfService = newValue
             }
         }
+    }
+
+    /// Sets the floor under the callers' priorities while the work waits on its queue; false if
+    /// the operation runs no work an engine holds waiting, so that the setter writes through.
+    private final func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
+        guard case .idle(.work(let engine, let work, _), _) = lifecycle.withLock({ $0 }) else { return false }
+        engine.setFloor(of: work, change)
+        return true
     }
 
     /// Folds `operation` into this one: its caller will receive this operation's result, and its
@@ -138,187 +145,67 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// Refused, with no effect, when this operation's result is already decided (it finished or
     /// was cancelled) or it is itself absorbed, and when `operation` is not fresh: already
     /// enqueued, absorbed, started, finished or cancelled, or it has absorbed others itself.
-    /// ``OperationQueueManager`` calls this for you; call it yourself only to coalesce by hand.
     ///
     /// - Parameter operation: An operation with the same `Value` type, usually the same identifier.
     /// - Returns: True if `operation` now rides on this operation's work.
-    @discardableResult
-    public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
-        if case .absorbed = absorb(operation, priority: nil, events: nil) {
-            return true
+    @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
+        guard operation !== self, let (engine, work) = ownWork(), work.isInFlight else { return false }
+        let priority = OperationPriority(of: operation)
+        let joined = engine.state.withLock { operation.ride(on: work, of: engine, in: &$0, priority: priority) }
+        if joined?.raised == true {
+            engine.applyPriority(of: work)
         }
-        return false
+        engine.deliverEvents()
+        return joined != nil
     }
 
-    // MARK: Joining
+    // MARK: Joining, under the engine's lock
 
-    /// Outcomes of ``absorb(_:priority:events:)``.
-    @usableFromInline
-    enum Absorption {
-        /// The operation now rides on this one, among `callers`; `applyPriority` asks the calling
-        /// thread to call ``applyPriority()``.
-        case absorbed(callers: Int, applyPriority: Bool)
-        /// The operation cannot ride on anything: it is queued, absorbed, started or decided.
-        case operationUnavailable
-        /// The operation is fresh but carries operations it absorbed by hand: it must run its own
-        /// work, because settling never nests more than one level.
-        case operationCarriesOthers
-        /// This operation takes no more callers: its result is decided, or it rides on another.
-        case hostUnavailable
+    /// Makes this fresh operation a caller of `work`: it will never run, and finishes when the
+    /// work's result reaches it. Nil if it is not fresh.
+    @inlinable final func ride(
+        on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
+        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority
+    ) -> (slot: Int, raised: Bool)? {
+        let slot = work.callers.entries.count
+        let fresh = lifecycle.withLock { lifecycle -> Caller<Value>?? in
+            guard let own = lifecycle.freshCaller else { return nil }
+            lifecycle = .riding(engine, work, slot: slot, own: own)
+            return .some(own)
+        }
+        guard let own = fresh else { return nil }
+        let joined = registry.join(work, .operation(self, waits: own != nil))
+        return (joined, work.demand(Urgency(priority), from: joined))
     }
 
-    /// Makes `operation` ride on this operation's work, atomically with respect to both.
-    ///
-    /// - Parameters:
-    ///   - operation: The operation to absorb; it must be fresh.
-    ///   - priority: The joining caller's priority, which the work follows while it waits.
-    ///   - events: The manager's observer, told of the join under this operation's lock so that
-    ///     events keep the order of the changes.
-    /// - Returns: Whether `operation` was absorbed, or which of the two was unavailable.
-    @inlinable
-    final func absorb(
-        _ operation: CoalescibleOperation<Value>, priority: OperationPriority?, events: EventChannel<String>?
-    ) -> Absorption {
-        guard operation !== self else { return .operationUnavailable }
-        return withBothStates(self, operation) { host, absorbed in
-            switch absorbed.freshness {
-            case .unavailable: return .operationUnavailable
-            case .carriesOthers: return .operationCarriesOthers
-            case .fresh: break
-            }
-            guard
-                case .joined(let slot, let callers, let applyPriority) = host.join(
-                    .operation(operation), priority: priority)
-            else { return .hostUnavailable }
-            absorbed.becomeAbsorbed(by: self, slot: slot)
-            events?.record(.callerJoined(key: identifier, callers: callers))
-            return .absorbed(callers: callers, applyPriority: applyPriority)
+    /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
+    /// wait for it. Nil if it is not fresh.
+    @inlinable final func run(
+        as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
+        priority: OperationPriority, policy: AbandonedWorkPolicy
+    ) -> (work: Work<OperationKey, Value>, slot: Int?)? {
+        let work = Work<OperationKey, Value>(
+            key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
+            timed: registry.events != nil)
+        let own = lifecycle.withLock { lifecycle -> Caller<Value>?? in
+            guard let own = lifecycle.freshCaller else { return nil }
+            lifecycle = .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true)
+            return .some(own)
         }
+        guard let own else { return nil }
+        registry.start(work)
+        guard let own else { return (work, nil) }
+        return (work, registry.join(work, own))
     }
 
-    /// Adds a handler to this operation's work, unless its result is already decided; the
-    /// manager's join path, inlined into the caller so that it is specialized for its `Value`.
-    @inlinable
-    final func join(
-        _ caller: Caller<Value>, priority: OperationPriority?, events: EventChannel<String>?
-    ) -> OperationState<Value>.JoinAction {
-        state.withLock { state in
-            let action = state.join(caller, priority: priority)
-            if let events, case .joined(_, let callers, _) = action {
-                events.record(.callerJoined(key: identifier, callers: callers))
-            }
-            return action
+    /// The work this operation runs or rides on, in the engine that holds it, while in flight.
+    @usableFromInline final var work: (Engine<OperationKey>, Work<OperationKey, Value>)? {
+        switch lifecycle.withLock({ $0 }) {
+        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)),
+            .riding(let engine, let work, _, _):
+            (engine, work)
+        case .idle(.own, _), .executing(.own), .decidedBeforeStart, .finished:
+            nil
         }
-    }
-
-    /// Claims the operation for a manager's queue. False if it is not fresh.
-    final func claim(_ admission: Admission, events: EventChannel<String>?) -> Bool {
-        state.withLock { state in
-            guard state.claim(admission) else { return false }
-            events?.record(.workStarted(key: identifier))
-            return true
-        }
-    }
-
-    // MARK: Withdrawing
-
-    /// Withdraws the caller in `slot` for `reason`: it receives its error, unless the result is
-    /// already on its way, and the work follows ``abandonedWorkPolicy`` if nobody else waits.
-    ///
-    /// - Parameters:
-    ///   - slot: The caller's slot; nil stands for an operation with no caller of its own.
-    ///   - reason: Why the caller leaves; it decides the error the caller receives.
-    ///   - tellingCaller: False when the caller is an absorbed operation that already decided its
-    ///     own result and is leaving by itself.
-    @usableFromInline
-    final func withdraw(_ slot: Int?, reason: WithdrawalReason, tellingCaller: Bool = true) {
-        let policy = abandonedWorkPolicy
-        let (action, registration) = state.withLock { state in
-            let registration = state.registration
-            let action = state.withdraw(slot, reason: reason, policy: policy)
-            if action.removedCaller, let registration, let events = registration.manager.events {
-                events.record(.callerWithdrawn(key: identifier, reason: reason))
-            }
-            return (action, registration)
-        }
-        if action.removedCaller {
-            registration?.manager.callerWithdrawn(reason)
-        }
-        let error: Error = reason == .timedOut ? CoalescingError.timedOut : ConcurrentOperationError.cancelled
-        switch action {
-        case .none:
-            break
-        case .withdrew(let caller, let applyPriority):
-            if tellingCaller, let caller { Self.tell(caller, error) }
-            if applyPriority { self.applyPriority() }
-        case .abandoned(let caller, let settlement):
-            // The work's result is decided; `cancel()` now only lets an override stop the work and
-            // Foundation see `isCancelled`, before anyone hears of the withdrawal or the end.
-            cancel()
-            if tellingCaller, let caller { Self.tell(caller, error) }
-            settle(settlement, with: .failure(ConcurrentOperationError.cancelled))
-        case .leftHost(let caller, let settlement):
-            if tellingCaller, let caller { Self.tell(caller, error) }
-            settle(settlement, with: .failure(error), leaving: reason)
-        }
-    }
-
-    // MARK: Priority
-
-    /// Changes the priority the caller in `slot` asks for; for an absorbed operation's caller, the
-    /// priority its operation asks of the work it rides on.
-    final func reprioritize(_ slot: Int?, to priority: OperationPriority?) {
-        let (mustApply, host) = state.withLock { state in
-            (slot.map { state.reprioritize($0, to: priority) } ?? false, state.host)
-        }
-        if let host {
-            host.operation.reprioritize(host.slot, to: priority)
-        } else if mustApply {
-            applyPriority()
-        }
-    }
-
-    /// Writes the work's priority to Foundation until it matches what its callers ask for; called
-    /// by the one thread that holds the right to (see ``PriorityTracker``).
-    @usableFromInline
-    final func applyPriority() {
-        var events: EventChannel<String>?
-        while let priority = state.withLock({ state -> OperationPriority? in
-            events = state.registration?.manager.events
-            let next = state.nextPriorityToApply()
-            if let next {
-                events?.record(.priorityChanged(key: identifier, priority: .operation(next)))
-            }
-            return next
-        }) {
-            super.queuePriority = priority.queuePriority
-            super.qualityOfService = priority.qualityOfService
-        }
-        events?.drain()
-    }
-
-    /// Sets the operation's own priority, the floor under its callers'. False if no manager
-    /// tracks its priority, so that the setter writes straight to Foundation.
-    private final func setOwnPriority(_ change: (inout OperationPriority) -> Void) -> Bool {
-        guard let mustApply = state.withLock({ $0.setOwnPriority(change) }) else { return false }
-        if mustApply {
-            applyPriority()
-        }
-        return true
-    }
-}
-
-/// Runs `body` holding the locks of two distinct operations, always taken in the same (address)
-/// order, so that two threads absorbing the pair in opposite directions cannot deadlock.
-@inlinable
-func withBothStates<Value, Result>(
-    _ first: CoalescibleOperation<Value>,
-    _ second: CoalescibleOperation<Value>,
-    _ body: (inout OperationState<Value>, inout OperationState<Value>) -> Result
-) -> Result {
-    if ObjectIdentifier(first) < ObjectIdentifier(second) {
-        first.state.withLock { a in second.state.withLock { b in body(&a, &b) } }
-    } else {
-        second.state.withLock { b in first.state.withLock { a in body(&a, &b) } }
     }
 }

@@ -11,22 +11,23 @@ public struct CoalescingHandle<Value>: Sendable {
         /// Identical work was in flight: this caller joined it, and no new work was queued.
         case joinedWork
         /// The operation was not fresh (already enqueued, absorbed, started, finished or
-        /// cancelled), so nothing changed; the handle still refers to its existing caller. One
-        /// cancelled before it was ever enqueued is added to the queue to finish without running.
+        /// cancelled), so nothing changed. The handle controls nothing.
         case ignored
     }
 
     /// What `enqueue` did with the caller.
     public let admission: Admission
 
-    /// The operation holding this caller, and the caller's slot in it.
-    @usableFromInline let operation: CoalescibleOperation<Value>?
+    /// The caller's work and slot there; nil for an ignored enqueue.
+    @usableFromInline let engine: Engine<OperationKey>?
+    @usableFromInline let work: Work<OperationKey, Value>?
     @usableFromInline let slot: Int?
 
     @inlinable
-    init(_ admission: Admission, operation: CoalescibleOperation<Value>?, slot: Int?) {
+    init(_ admission: Admission, engine: Engine<OperationKey>?, work: Work<OperationKey, Value>?, slot: Int?) {
         self.admission = admission
-        self.operation = operation
+        self.engine = engine
+        self.work = work
         self.slot = slot
     }
 
@@ -35,7 +36,9 @@ public struct CoalescingHandle<Value>: Sendable {
     /// caller withdraws, the work is cancelled, or runs on if its
     /// ``CoalescibleOperation/abandonedWorkPolicy`` says so. Calling it again does nothing.
     public func cancel() {
-        operation?.withdraw(slot, reason: .withdrawn)
+        if let engine, let work {
+            engine.withdraw(work, slot: slot, reason: .withdrawn)
+        }
     }
 
     /// Changes how urgent this caller is. While the work waits on its queue, it runs at the
@@ -44,17 +47,8 @@ public struct CoalescingHandle<Value>: Sendable {
     ///
     /// - Parameter priority: The caller's new priority; nil asks for nothing.
     public func setPriority(_ priority: OperationPriority?) {
-        operation?.reprioritize(slot, to: priority)
-    }
-
-    /// Withdraws this caller with `CoalescingError.timedOut` once `timeout` has passed, unless the
-    /// result reached it first. Holds the work only weakly meanwhile.
-    @usableFromInline
-    func withdraw(after timeout: Duration) {
-        guard let operation else { return }
-        let slot = slot
-        schedule(after: timeout) { [weak operation] in
-            operation?.withdraw(slot, reason: .timedOut)
+        if let engine, let work {
+            engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init))
         }
     }
 }

@@ -40,16 +40,13 @@ import Foundation
 /// All callers receive the same `Value` instance. If `Value` is a class with mutable state, making
 /// it safe to share between their queues is up to you.
 open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
-    // @unchecked: every mutable property lives in `state`, guarded by its lock; the rest is `let`.
+    // @unchecked: every mutable property lives in `lifecycle`, guarded by its lock; the rest is `let`.
 
     /// The queue the completion handler runs on; nil runs it on the thread that finishes the
     /// operation.
     public let callBackQueue: OperationQueue?
 
-    @usableFromInline let state: LockedState<OperationState<Value>>
-
-    /// The slot of the operation's own completion handler among its callers.
-    @usableFromInline let ownCallerSlot: Int?
+    @usableFromInline let lifecycle: LockedState<Lifecycle<Value>>
 
     /// Creates an operation that calls `completionHandler` once with its result.
     ///
@@ -58,33 +55,34 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///     the thread that finishes the operation.
     ///   - completionHandler: Called exactly once: with the result given to ``finish(result:)``,
     ///     or with `.failure(ConcurrentOperationError.cancelled)` after ``cancel()``.
-    @inlinable
-    public init(
+    @inlinable public init(
         callBackQueue: OperationQueue? = nil,
         completionHandler: ((Result<Value, Error>) -> Void)? = nil
     ) {
         // Inlinable, so that it is specialized in the caller's module: generic, it cost every
         // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
         self.callBackQueue = callBackQueue
-        self.ownCallerSlot = completionHandler == nil ? nil : 0
-        self.state = LockedState(OperationState(caller: completionHandler.map { .handler($0, queue: callBackQueue) }))
+        let own = completionHandler.map { Caller<Value>.handler($0, queue: callBackQueue) }
+        lifecycle = LockedState(.idle(.own(own), onQueue: false))
         super.init()
     }
-
-    // MARK: Foundation's view
 
     /// Always true: the operation ends when ``finish(result:)`` is called, not when ``main()``
     /// returns.
     public final override var isAsynchronous: Bool { true }
 
     /// Whether the queue has started the operation and it has not finished.
-    public final override var isExecuting: Bool { state.withLock { $0.isExecuting } }
+    public final override var isExecuting: Bool {
+        lifecycle.withLock { if case .executing = $0 { true } else { false } }
+    }
 
     /// Whether the operation is done, as far as its queue is concerned.
     ///
     /// A queued operation turns finished only after its queue has started it, even when its
     /// result was decided earlier by ``cancel()``.
-    public final override var isFinished: Bool { state.withLock { $0.isFinished } }
+    public final override var isFinished: Bool {
+        lifecycle.withLock { if case .finished = $0 { true } else { false } }
+    }
 
     /// Starts the operation: calls ``main()``, or finishes at once if the result is already
     /// decided (cancelled before start). A second call does nothing.
@@ -92,14 +90,31 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// Queues call this; call it yourself only for an operation that is on no queue.
     public final override func start() {
         // The state may move to executing or straight to finished; announce both around the change.
-        let action = postingChanges(to: LifecycleKey.executingAndFinished) {
-            state.withLock { $0.start() }
+        let step = postingChanges(to: ["isExecuting", "isFinished"]) {
+            lifecycle.withLock { lifecycle -> StartStep in
+                switch lifecycle {
+                case .idle(let link, _):
+                    lifecycle = .executing(link)
+                    if case .work(let engine, let work, _) = link { return .run(engine, work) }
+                    return .run(nil, nil)
+                case .decidedBeforeStart:
+                    lifecycle = .finished
+                    return .finishedWithoutRunning
+                case .executing, .riding, .finished:
+                    return .none
+                }
+            }
         }
-        switch action {
-        case .run:
-            main()
-        case .finishWithoutRunning, .finishBySettling:
-            // Its queue may release it as soon as it is finished; this call still holds it.
+        switch step {
+        case .run(let engine, let work):
+            // From here the work's priority stays as it is; work decided meanwhile does not run.
+            if let engine, let work, !engine.begin(work) {
+                releaseDependencies()
+            } else {
+                main()
+            }
+        case .finishedWithoutRunning:
+            // Its queue may let go of it once it is finished; this call still holds it.
             releaseDependencies()
         case .none:
             break
@@ -122,10 +137,11 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
-    @inlinable
-    public final func finish(result: Result<Value, Error>) {
-        if let settlement = state.withLock({ $0.decide() }) {
-            settle(settlement, with: result)
+    @inlinable public final func finish(result: Result<Value, Error>) {
+        if let (engine, work) = ownWork() {
+            engine.settle(work, with: result)
+        } else {
+            leaveRide(with: result)
         }
     }
 
@@ -140,68 +156,38 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
     ///   its caller only; see ``CoalescibleOperation``.
     open override func cancel() {
-        // Three steps, in this order. Deciding the result comes before Foundation hears of the
-        // cancellation: `super.cancel()` makes an operation that waits on dependencies ready, and
-        // its queue may start it at once on another thread, where `start()` must find the result
-        // decided and not call `main()`. Settling comes after: Foundation ignores `cancel()` on an
-        // operation that reports finished, and running work must see `isCancelled` before any
-        // caller hears `.cancelled`.
-        let settlement = state.withLock { $0.decide() }
-        super.cancel()
-        if let settlement {
-            settle(settlement, with: .failure(ConcurrentOperationError.cancelled))
-        }
-    }
-
-    /// Finishes the lifecycle once every caller has the result, or leaves it to `start()` if the
-    /// queue has not started the operation yet.
-    @usableFromInline
-    final func finishLifecycle() {
-        if case .finish(let keys, let neverRan) = state.withLock({ $0.settled() }) {
-            if neverRan {
-                // Whoever holds it (its host's settlement, or the caller that cancelled it) lets
-                // go of it once it is finished.
-                releaseDependencies()
+        guard let (engine, work) = ownWork() else {
+            if case .riding(let engine, let work, let slot, _) = lifecycle.withLock({ $0 }) {
+                super.cancel()
+                engine.withdraw(work, slot: slot, reason: .withdrawn)
             }
-            postingChanges(to: keys) { state.withLock { $0.markFinished() } }
+            return
         }
+        // Three steps, in this order. Deciding comes before Foundation hears of it:
+        // `super.cancel()` makes an operation that waits on dependencies ready, and its queue may
+        // start it at once on another thread, where `start()` must find the work decided. Serving
+        // comes after: running work sees `isCancelled` before any caller hears.
+        let effects = engine.state.withLock { $0.end(work, with: .failure($0.cancellation), stopping: false) }
+        super.cancel()
+        engine.carryOut(effects)
     }
 
-    /// Removes the dependencies of an operation that finishes without running.
-    ///
-    /// swift-corelibs-foundation keeps a dependency's dependents unretained, and reaches each of
-    /// them when the dependency finishes: an operation released before that crashes the process
-    /// then. A queue keeps an operation it runs alive until it finishes, and never starts it
-    /// before its dependencies have finished; an operation that finishes without running (absorbed,
-    /// or decided before its start) has no such guarantee, so it unregisters first. Foundation
-    /// unregisters under the dependency's lock, the lock under which a finishing dependency picks
-    /// its dependents, so no dependency can reach the operation afterwards.
-    final func releaseDependencies() {
-        for dependency in dependencies {
-            removeDependency(dependency)
-        }
+    /// An absorbed operation finishing by itself leaves the work it rode on with its own result.
+    @usableFromInline final func leaveRide(with result: Result<Value, Error>) {
+        guard case .riding(let engine, let work, let slot, let own) = lifecycle.withLock({ $0 }) else { return }
+        // Finished first, so that the engine finds nobody left to serve in its slot.
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        own?.tell(result)
+        engine.withdraw(work, slot: slot, reason: .withdrawn)
     }
+}
 
-    /// Claims for a queue an operation cancelled before it was enqueued, so that the queue
-    /// finishes it, without running it, and what depends on it runs. False for any other
-    /// operation, and the second time.
-    final func claimIfDecidedBeforeEnqueue() -> Bool {
-        state.withLock { $0.claimDecidedBeforeEnqueue() }
-    }
-
-    /// Wraps a state change in KVO notifications, posted with no lock held: Foundation reads the
-    /// properties back synchronously, and a thread waiting in `waitUntilAllOperationsAreFinished()`
-    /// holds Foundation's lock while it reads `isFinished`.
-    private final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
-        for key in keys {
-            willChangeValue(forKey: key)
-        }
-        let result = change()
-        for key in keys.reversed() {
-            didChangeValue(forKey: key)
-        }
-        return result
-    }
+/// What `start()` does once its lifecycle moved: run the work (and tell the engine, if one holds
+/// it), let go of the dependencies of an operation that finished without running, or nothing.
+private enum StartStep {
+    case run(Engine<OperationKey>?, AnyWork<OperationKey>?)
+    case finishedWithoutRunning
+    case none
 }
 
 /// The error an operation finishes with when it is cancelled, or when its caller withdraws.

@@ -18,32 +18,18 @@ import Foundation
 /// work in flight costs one dictionary look-up, whatever the number of pending operations.
 ///
 /// All methods are safe to call from any thread, including from completion handlers. Work in
-/// flight keeps its manager alive until its result is decided.
-public final class OperationQueueManager: @unchecked Sendable {
-    // @unchecked: `queue` is thread-safe itself; `index` is guarded by its lock; the rest is `let`.
-
+/// flight keeps what it needs to finish (the index, the statistics and the observer), not the
+/// manager object: a manager released while its work runs still serves every caller.
+public final class OperationQueueManager: Sendable {
     /// The queue the work runs on.
     ///
     /// Use it to tune concurrency (`maxConcurrentOperationCount`) or to wait for the work
     /// (`waitUntilAllOperationsAreFinished()`). Operations added to it directly are not coalesced.
     public let queue: OperationQueue
 
-    @usableFromInline let index = LockedState(Index())
-    /// The observer given at creation, fed in the order of the changes; nil costs nothing.
-    @usableFromInline let events: EventChannel<String>?
-    /// How long work may stay in flight with callers waiting before it is reported as stalled.
-    @usableFromInline let stallThreshold: Duration?
-
-    /// The work in flight, by identifier and `Value` type, and what the manager has done so far.
-    @usableFromInline
-    struct Index {
-        /// An entry leaves when its work's result is decided, and only if it still holds that same
-        /// operation; ``OperationQueueManager/forget(identifier:)`` removes it earlier.
-        @usableFromInline var inFlight: [OperationKey: Operation] = [:]
-        @usableFromInline var statistics = CoalescingStatistics()
-
-        @usableFromInline init() {}
-    }
+    /// The index, the callers, the controls, the statistics and the events: everything but the
+    /// queue. See ``Engine``.
+    @usableFromInline let engine: Engine<OperationKey>
 
     /// Receives the manager's events; see ``init(queue:observer:stallThreshold:)``.
     public typealias Observer = @Sendable (CoalescingEvent<String>) -> Void
@@ -62,25 +48,29 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///     manager. Without one, nothing is recorded.
     ///   - stallThreshold: Reports work still in flight this long after it started while callers
     ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
-    ///     observer, or as a line on standard error when there is none. Zero or negative checks at
-    ///     once; a threshold longer than anything schedulable (about 292 years) never reports.
-    ///     Defaults to the environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, a number of
-    ///     seconds, zero or more (`0.5` works); any other value (not a number, negative, infinite)
-    ///     is ignored, with one line on standard error the first time a manager reads it.
+    ///     observer, or as a line on standard error when there is none. Defaults to the
+    ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS` (a number of seconds; any
+    ///     other value is ignored, with a line on standard error), or none. A threshold of about
+    ///     292 years or more never passes.
     public init(
         queue: OperationQueue = OperationQueue(),
         observer: Observer? = nil,
         stallThreshold: Duration? = nil
     ) {
         self.queue = queue
-        self.events = observer.map(EventChannel.init)
-        self.stallThreshold = stallThreshold ?? environmentStallThreshold
+        let forward = observer.map { observer in
+            { @Sendable (event: CoalescingEvent<OperationKey>) in observer(event.map(\.identifier)) }
+        }
+        engine = Engine(
+            observer: forward,
+            stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            cancellation: ConcurrentOperationError.cancelled)
     }
 
     /// What the manager has done since it was created: work started and how it ended, callers who
-    /// joined, withdrew or timed out. A snapshot, exact under concurrency.
+    /// arrived, joined, withdrew or timed out. A snapshot, exact under concurrency.
     public var statistics: CoalescingStatistics {
-        index.withLock { $0.statistics }
+        engine.statistics
     }
 
     // MARK: Enqueuing
@@ -90,72 +80,28 @@ public final class OperationQueueManager: @unchecked Sendable {
     /// - If an operation with the same identifier and `Value` type is pending or running, and its
     ///   result is not yet decided, `operation` joins it: it is not queued, and its completion
     ///   handler receives the shared result on its own `callBackQueue`. Its `queuePriority` and
-    ///   `qualityOfService` count among the callers' priorities, which the work follows while it
-    ///   waits.
+    ///   `qualityOfService`, read now, count among the callers' priorities, which the work follows
+    ///   while it waits.
     /// - Otherwise `operation` is added to ``queue``.
     /// - An operation that is not fresh (already enqueued here or in another manager, absorbed,
-    ///   started, finished or cancelled) is left as it is: it is never added twice, and its handler
-    ///   still runs exactly once. One cancelled before it was ever enqueued is added to ``queue``
-    ///   all the same, which finishes it without calling `main()`, so that what depends on it runs.
+    ///   started, finished or cancelled) is left as it is and reported as ``CoalescingHandle/Admission/ignored``:
+    ///   it is never added twice, its handler still runs exactly once, and the handle controls
+    ///   nothing. One cancelled before it was ever enqueued is handed to ``queue``, which finishes
+    ///   it at once without running it, so that operations depending on it do not wait forever.
     ///
     /// - Parameters:
     ///   - operation: A new operation.
     ///   - timeout: How long this caller waits at most. When it passes first, this caller alone is
     ///     withdrawn and receives `.failure(CoalescingError.timedOut)`; nil, the default, waits for
-    ///     the work however long it takes, and costs nothing. Zero or negative passes at once; a
-    ///     timeout longer than anything schedulable (about 292 years) never passes, as if nil.
+    ///     the work however long it takes, and costs nothing. Zero or less withdraws the caller at
+    ///     once; about 292 years or more never passes.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
     @inlinable @discardableResult  // Specialized in the caller's module: see BENCHMARKS.md.
     public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<
         Value
     > {
-        // Read before locking: the getters are overridable, and no user code runs under our locks.
-        let priority = OperationPriority(of: operation)
-        let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
-
-        // Also returns the operation whose priority this thread must write, if any.
-        let (admission, applying): (CoalescingHandle<Value>.Admission, CoalescibleOperation<Value>?) =
-            index.withLock { index in
-                if let entry = index.inFlight[key] {
-                    // The key holds the value type, so the entry is a `CoalescibleOperation<Value>`.
-                    let host = unsafeDowncast(entry, to: CoalescibleOperation<Value>.self)
-                    switch host.absorb(operation, priority: priority, events: events) {
-                    case .absorbed(_, let applyPriority):
-                        index.statistics.recordJoin()
-                        return (.joinedWork, applyPriority ? host : nil)
-                    case .operationUnavailable:
-                        return (.ignored, nil)
-                    case .operationCarriesOthers:
-                        // It runs as work of its own, beside the indexed work, so that its callers
-                        // hear back; the index keeps pointing at the work already in flight.
-                        guard claim(operation, key: key, priority: priority) else { return (.ignored, nil) }
-                        index.statistics.recordStart()
-                        return (.startedWork, operation)
-                    case .hostUnavailable:
-                        break  // Its result is decided: start new work instead.
-                    }
-                }
-                guard claim(operation, key: key, priority: priority) else { return (.ignored, nil) }
-                index.inFlight[key] = operation
-                index.statistics.recordStart()
-                return (.startedWork, operation)
-            }
-
-        if admission == .startedWork {
-            queue.addOperation(operation)
-            if let stallThreshold {
-                watchForStall(operation, after: stallThreshold)
-            }
-        } else if admission == .ignored {
-            handOverIfCancelledBeforeEnqueue(operation)
-        }
-        applying?.applyPriority()
-        events?.drain()
-        let handle = CoalescingHandle(admission, operation: operation, slot: operation.ownCallerSlot)
-        if let timeout {
-            handle.withdraw(after: timeout)
-        }
-        return handle
+        let admitted = admit(operation, then: nil)
+        return launched(operation, admitted, timeout: timeout)
     }
 
     /// Joins identical work in flight with a completion handler alone, or starts new work built by
@@ -180,13 +126,13 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///     it later.
     ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
     ///   - makeOperation: Builds the operation that runs the work, usually with
-    ///     ``CoalescibleOperation/init(identifier:)``. If it has a completion handler of its own,
-    ///     that handler is called too.
+    ///     ``CoalescibleOperation/init(identifier:)``. It is enqueued as by
+    ///     ``enqueue(operation:timeout:)``: if it has a completion handler of its own, that handler
+    ///     is one more caller.
     ///   - completionHandler: Called exactly once with the shared result, or with
     ///     `.failure(ConcurrentOperationError.cancelled)` or `.failure(CoalescingError.timedOut)`.
     /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
-    @inlinable @discardableResult
-    public func enqueue<Value>(
+    @inlinable @discardableResult public func enqueue<Value>(
         identifier: String,
         callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
         priority: OperationPriority? = nil,
@@ -195,54 +141,11 @@ public final class OperationQueueManager: @unchecked Sendable {
         completionHandler: @escaping (Result<Value, Error>) -> Void
     ) -> CoalescingHandle<Value> {
         let caller = Caller<Value>.handler(completionHandler, queue: callBackQueue)
-        let handle =
-            join(identifier: identifier, caller, priority: priority)
-            ?? startWork(for: caller, priority: priority, makeOperation: makeOperation)
-        if let timeout {
-            handle.withdraw(after: timeout)
+        let handle = arrive(identifier: identifier, caller, priority: priority, timeout: timeout, makeOperation)
+        if handle.work == nil {
+            caller.tell(.failure(ConcurrentOperationError.cancelled))
         }
         return handle
-    }
-
-    /// Adds `caller` to the work in flight for `identifier`, if there is any: one look-up and one
-    /// append, inlined into the caller so that it is specialized for its `Value` type.
-    @inlinable
-    func join<Value>(identifier: String, _ caller: Caller<Value>, priority: OperationPriority?) -> CoalescingHandle<
-        Value
-    >? {
-        let key = OperationKey(identifier: identifier, valueType: Value.self)
-        let joined: (host: CoalescibleOperation<Value>, slot: Int, applyPriority: Bool)? = index.withLock { index in
-            guard let entry = index.inFlight[key] else { return nil }
-            // The key holds the value type, so the entry is a `CoalescibleOperation<Value>`.
-            let host = unsafeDowncast(entry, to: CoalescibleOperation<Value>.self)
-            guard case .joined(let slot, _, let applyPriority) = host.join(caller, priority: priority, events: events)
-            else { return nil }
-            index.statistics.recordJoin()
-            return (host, slot, applyPriority)
-        }
-        guard let joined else { return nil }
-        if joined.applyPriority {
-            joined.host.applyPriority()
-        }
-        events?.drain()
-        return CoalescingHandle(.joinedWork, operation: joined.host, slot: joined.slot)
-    }
-
-    /// Starts new work for `caller` with an operation from `makeOperation`, which joins work
-    /// started meanwhile if there is some.
-    @usableFromInline
-    func startWork<Value>(
-        for caller: Caller<Value>, priority: OperationPriority?, makeOperation: () -> CoalescibleOperation<Value>
-    ) -> CoalescingHandle<Value> {
-        let operation = makeOperation()
-        guard case .joined(let slot, _, _) = operation.state.withLock({ $0.join(caller, priority: priority) }) else {
-            // `makeOperation` returned an operation that already finished or was cancelled.
-            ConcurrentOperation<Value>.tell(caller, ConcurrentOperationError.cancelled)
-            handOverIfCancelledBeforeEnqueue(operation)
-            return CoalescingHandle(.ignored, operation: nil, slot: nil)
-        }
-        let admission = enqueue(operation: operation).admission
-        return CoalescingHandle(admission, operation: operation, slot: slot)
     }
 
     /// Adds an operation to ``queue``; a ``CoalescibleOperation`` is coalesced as by
@@ -258,25 +161,87 @@ public final class OperationQueueManager: @unchecked Sendable {
         if let coalescible = operation as? any ManagerEnqueueable {
             coalescible.enqueue(on: self)
         } else if let concurrent = operation as? any QueueClaimable {
-            if concurrent.claimForQueue() {
+            if concurrent.claimForQueue() != nil {
                 queue.addOperation(operation)
-            } else {
-                handOverIfCancelledBeforeEnqueue(operation)
             }
         } else if !operation.isFinished && !operation.isExecuting {
             queue.addOperation(operation)
         }
     }
 
-    /// Adds an operation cancelled before it was ever enqueued to ``queue``, once: Foundation then
-    /// finishes it without calling `main()`, as a plain `OperationQueue` does, so that operations
-    /// depending on it run, and it unregisters from its own dependencies as it finishes. Its
-    /// callers have already heard `.cancelled`; nothing else counts it.
-    @usableFromInline
-    func handOverIfCancelledBeforeEnqueue(_ operation: Operation) {
-        if let concurrent = operation as? any QueueClaimable, concurrent.claimIfDecidedBeforeEnqueue() {
-            queue.addOperation(operation)
-        }
+    // MARK: Awaiting
+
+    /// Enqueues `operation` as ``enqueue(operation:timeout:)`` does, and waits for the shared result.
+    ///
+    /// The operation usually has no caller of its own (``CoalescibleOperation/init(identifier:)``);
+    /// if it has a completion handler, that handler is called too. The result reaches this caller
+    /// on whatever thread finishes the work, without a queue hop, so it never depends on a queue
+    /// such as `.main` being serviced.
+    ///
+    /// ```swift
+    /// let user = try await manager.value(of: UserFetchOperation(service: service))
+    /// ```
+    ///
+    /// Cancelling the awaiting task withdraws this caller only (see ``CoalescingHandle/cancel()``):
+    /// the others still receive the result, and the work is cancelled when every caller has left.
+    ///
+    /// - Parameters:
+    ///   - operation: A new operation.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
+    ///   - isolation: The caller's actor, inferred; the result is returned there.
+    /// - Returns: The work's value, the same for every caller.
+    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
+    ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled (through
+    ///   ``cancel(identifier:)``, ``cancelAll()`` or the operation's `cancel()`).
+    public func value<Value: Sendable>(
+        of operation: CoalescibleOperation<Value>,
+        timeout: Duration? = nil,
+        isolation: isolated (any Actor)? = #isolation
+    ) async throws -> Value {
+        try Task.checkCancellation()
+        let handle = launched(operation, admit(operation, then: (.task(nil, consumes: false), nil)), timeout: timeout)
+        guard let work = handle.work, let slot = handle.slot else { throw ConcurrentOperationError.cancelled }
+        return try await engine.wait(for: work, in: slot)
+    }
+
+    /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
+    /// the shared result. The async form of
+    /// ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``: no operation is
+    /// created while work is in flight.
+    ///
+    /// ```swift
+    /// let user = try await manager.value(identifier: "user", priority: OperationPriority(queuePriority: .high)) {
+    ///     UserFetchOperation(service: service)
+    /// }
+    /// ```
+    ///
+    /// Cancelling the awaiting task withdraws this caller only.
+    ///
+    /// - Parameters:
+    ///   - identifier: The identifier of the operations `makeOperation` builds.
+    ///   - priority: How urgent this caller is; see
+    ///     ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
+    ///   - isolation: The caller's actor, inferred; the result is returned there.
+    ///   - makeOperation: Builds the operation that runs the work; called at most once, and only
+    ///     when no identical work is in flight.
+    /// - Returns: The work's value, the same for every caller.
+    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
+    ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled.
+    public func value<Value: Sendable>(
+        identifier: String,
+        priority: OperationPriority? = nil,
+        timeout: Duration? = nil,
+        isolation: isolated (any Actor)? = #isolation,
+        makeOperation: () -> CoalescibleOperation<Value>
+    ) async throws -> Value {
+        try Task.checkCancellation()
+        let handle = arrive(
+            identifier: identifier, .task(nil, consumes: false), priority: priority, timeout: timeout, makeOperation)
+        guard let work = handle.work, let slot = handle.slot else { throw ConcurrentOperationError.cancelled }
+        return try await engine.wait(for: work, in: slot)
     }
 
     // MARK: Cancelling and forgetting
@@ -287,28 +252,18 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///
     /// - Parameter identifier: The identifier of the work to cancel.
     /// - Returns: Whether any such work was in flight.
-    @discardableResult
-    public func cancel(identifier: String) -> Bool {
-        // Cancel outside the lock: cancelling calls back into `workEnded`.
-        let operations = index.withLock { index in
-            index.inFlight.compactMap { $0.key.identifier == identifier ? $0.value : nil }
-        }
-        for operation in operations {
-            operation.cancel()
-        }
-        return !operations.isEmpty
+    @discardableResult public func cancel(identifier: String) -> Bool {
+        engine.cancelAll(where: { $0.identifier == identifier }, includingForgotten: false)
     }
 
-    /// Cancels everything on ``queue``, coalesced or not, for example when the user logs out.
+    /// Cancels everything on ``queue``, coalesced or not, forgotten work included, for example
+    /// when the user logs out.
     ///
     /// Every caller of coalesced work receives `.failure(ConcurrentOperationError.cancelled)` once.
     /// Other operations are cancelled through `queue.cancelAllOperations()`, which does nothing for
     /// `OperationQueue.main` on Linux.
     public func cancelAll() {
-        let operations = index.withLock { Array($0.inFlight.values) }
-        for operation in operations {
-            operation.cancel()
-        }
+        _ = engine.cancelAll(where: { _ in true }, includingForgotten: true)
         queue.cancelAllOperations()
     }
 
@@ -322,135 +277,130 @@ public final class OperationQueueManager: @unchecked Sendable {
     ///
     /// - Parameter identifier: The identifier of the work to forget.
     /// - Returns: Whether any such work was in flight.
-    @discardableResult
-    public func forget(identifier: String) -> Bool {
-        index.withLock { index in
-            let keys = index.inFlight.keys.filter { $0.identifier == identifier }
-            for key in keys {
-                index.inFlight[key] = nil
-            }
-            return !keys.isEmpty
-        }
+    @discardableResult public func forget(identifier: String) -> Bool {
+        engine.forget(where: { $0.identifier == identifier })
     }
 
-    // MARK: Bookkeeping
+    // MARK: The one way in
 
-    /// Claims a fresh operation as work of this manager.
-    @usableFromInline
-    func claim<Value>(_ operation: CoalescibleOperation<Value>, key: OperationKey, priority: OperationPriority)
-        -> Bool
+    /// What admitting an operation decided under the lock.
+    @usableFromInline struct Admitted<Value> {
+        @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
+        /// The work the operation started or joined, here.
+        @usableFromInline var work: Work<OperationKey, Value>?
+        /// The caller's slot there.
+        @usableFromInline var slot: Int?
+        /// Whether the work must become more urgent.
+        @usableFromInline var raised = false
+        /// Whether the operation must be added to the queue.
+        @usableFromInline var queued = false
+
+        @inlinable init() {}
+    }
+
+    /// Admits `operation` under the lock: it joins identical work in flight, or starts new work,
+    /// or (not fresh) is left alone; then `caller`, if any, waits for the work it started or
+    /// joined, in place of the operation's own caller.
+    @inlinable func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, Urgency?)?)
+        -> Admitted<Value>
     {
-        let isTimed = events != nil || stallThreshold != nil
-        let registration = Registration(
-            manager: self, key: key, startedAt: isTimed ? DispatchTime.now().uptimeNanoseconds : nil)
-        return operation.claim(
-            Admission(registration: registration, priority: PriorityTracker(own: priority)), events: events)
-    }
-
-    /// Notes that `operation`'s work ended: drops its index entry, unless other work has taken its
-    /// key since (or it was forgotten), counts it, and tells the observer.
-    ///
-    /// `leaving` are the absorbed operations that withdrew by themselves as the work settled: they
-    /// found the host deciding, so they are counted here.
-    @usableFromInline
-    func workEnded(
-        _ operation: Operation, _ registration: Registration, outcome: WorkOutcome, callersServed: Int,
-        leaving: [WithdrawalReason]
-    ) {
-        index.withLock { index in
-            if index.inFlight[registration.key] === operation {
-                index.inFlight[registration.key] = nil
+        // Read before locking: the getters are overridable, and no user code runs under our lock.
+        let priority = OperationPriority(of: operation)
+        let policy = operation.abandonedWorkPolicy
+        let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
+        return engine.state.withLock { registry in
+            var admitted = Admitted<Value>()
+            if let work = registry.inFlight(key, as: Value.self),
+                let joined = operation.ride(on: work, of: engine, in: &registry, priority: priority)
+            {
+                (admitted.admission, admitted.work, admitted.slot, admitted.raised) =
+                    (.joinedWork, work, joined.slot, joined.raised)
+            } else if let started = operation.run(
+                as: key, of: engine, in: &registry, priority: priority, policy: policy)
+            {
+                (admitted.admission, admitted.work, admitted.slot, admitted.queued) =
+                    (.startedWork, started.work, started.slot, true)
+            } else if let runs = operation.claimForQueue() {
+                // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
+                (admitted.admission, admitted.queued) = (runs ? .startedWork : .ignored, true)
+            } else if caller != nil, let (owner, work) = operation.work, owner === engine {
+                // Enqueued here before: a caller brought with it waits for the work it runs or rides.
+                (admitted.admission, admitted.work) = (.joinedWork, work)
             }
-            for reason in leaving {
-                index.statistics.recordWithdrawal(reason)
+            if let (caller, urgency) = caller, let work = admitted.work {
+                let slot = registry.join(work, caller)
+                admitted.slot = slot
+                admitted.raised = (urgency.map { work.demand($0, from: slot) } ?? false) || admitted.raised
             }
-            index.statistics.recordEnd(outcome, callersServed: callersServed)
-        }
-        if let events {
-            // Recorded after the work's lock was released, and still after every join and
-            // withdrawal: those are recorded under that lock, before the result was decided.
-            for reason in leaving {
-                events.record(.callerWithdrawn(key: registration.key.identifier, reason: reason))
-            }
-            let duration =
-                registration.startedAt.map {
-                    Duration.nanoseconds(Int64(clamping: DispatchTime.now().uptimeNanoseconds - $0))
-                } ?? .zero
-            events.record(
-                .workEnded(
-                    key: registration.key.identifier, outcome: outcome, callersServed: callersServed, duration: duration
-                ))
-            events.drain()
+            return admitted
         }
     }
 
-    /// Counts a caller that withdrew or timed out, and delivers the event recorded for it.
-    func callerWithdrawn(_ reason: WithdrawalReason) {
-        index.withLock { $0.statistics.recordWithdrawal(reason) }
-        events?.drain()
+    /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
+    /// `makeOperation` starts or joins.
+    @inlinable func arrive<Value>(
+        identifier: String, _ caller: Caller<Value>, priority: OperationPriority?, timeout: Duration?,
+        _ makeOperation: () -> CoalescibleOperation<Value>
+    ) -> CoalescingHandle<Value> {
+        let key = OperationKey(identifier: identifier, valueType: Value.self)
+        let urgency = priority.map(Urgency.init)
+        var joined: (work: Work<OperationKey, Value>, slot: Int, raised: Bool)?
+        engine.state.withLock { registry in
+            guard let work = registry.inFlight(key, as: Value.self) else { return }
+            let slot = registry.join(work, caller)
+            joined = (work, slot, urgency.map { work.demand($0, from: slot) } ?? false)
+        }
+        if let (work, slot, raised) = joined {
+            var admitted = Admitted<Value>()
+            (admitted.admission, admitted.work, admitted.slot, admitted.raised) = (.joinedWork, work, slot, raised)
+            return launched(nil, admitted, timeout: timeout)
+        }
+        let operation = makeOperation()
+        return launched(operation, admit(operation, then: (caller, urgency)), timeout: timeout)
     }
 
-    /// Reports `operation` once if it is still in flight with callers after `threshold`.
-    @usableFromInline
-    func watchForStall<Value>(_ operation: CoalescibleOperation<Value>, after threshold: Duration) {
-        schedule(after: threshold) { [weak self, weak operation] in
-            guard let self, let operation else { return }
-            let callers = operation.state.withLock { $0.callerCount }
-            guard callers > 0 else { return }
-            let event = CoalescingEvent<String>.workStalled(
-                key: operation.identifier, callers: callers, elapsed: threshold)
-            if let events {
-                events.record(event)
-                events.drain()
-            } else {
-                let line =
-                    "CoalescingOperations: work \"\(operation.identifier)\" has been in flight for \(threshold) "
-                    + "with \(callers) caller(s) waiting; does its main() always end in finish(result:)?\n"
-                FileHandle.standardError.write(Data(line.utf8))
-            }
+    /// Carries out an admission once the lock is released: queues the operation, watches the work
+    /// for stalls, arms the caller's timeout and raises the work's priority.
+    @inlinable func launched<Value>(
+        _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?
+    ) -> CoalescingHandle<Value> {
+        if let operation, admitted.queued {
+            queue.addOperation(operation)
         }
+        guard let work = admitted.work else {
+            engine.deliverEvents()
+            return CoalescingHandle(admitted.admission, engine: nil, work: nil, slot: nil)
+        }
+        if admitted.admission == .startedWork {
+            engine.watchForStall(work)
+        }
+        if let timeout {
+            engine.withdraw(work, slot: admitted.slot, after: timeout)
+        }
+        if admitted.raised {
+            engine.applyPriority(of: work)
+        }
+        engine.deliverEvents()
+        return CoalescingHandle(admitted.admission, engine: engine, work: work, slot: admitted.slot)
     }
 
     /// How many callers wait for the work in flight for `identifier` and `valueType`; for tests.
     func callerCount<Value>(identifier: String, valueType: Value.Type) -> Int {
-        let key = OperationKey(identifier: identifier, valueType: valueType)
-        guard let entry = index.withLock({ $0.inFlight[key] }) else { return 0 }
-        return unsafeDowncast(entry, to: CoalescibleOperation<Value>.self).state.withLock { $0.callerCount }
+        engine.callerCount(for: OperationKey(identifier: identifier, valueType: valueType))
     }
-}
-
-/// The stall threshold `COALESCING_STALL_THRESHOLD_SECONDS` asks for, read once, by the first
-/// manager created without one: an app's environment never changes what it means, and an unusable
-/// value is reported once, not by every manager.
-let environmentStallThreshold = stallThreshold(
-    fromEnvironmentValue: ProcessInfo.processInfo.environment["COALESCING_STALL_THRESHOLD_SECONDS"])
-
-/// Reads a stall threshold in seconds. An environment variable must never stop the app: a value
-/// that is not a finite number of seconds, zero or more, is ignored with one line on standard error.
-func stallThreshold(fromEnvironmentValue value: String?) -> Duration? {
-    guard let value else { return nil }
-    guard let seconds = Double(value.trimmingCharacters(in: .whitespaces)), seconds.isFinite, seconds >= 0 else {
-        let line =
-            "CoalescingOperations: ignoring COALESCING_STALL_THRESHOLD_SECONDS=\"\(value)\": "
-            + "it must be a number of seconds, zero or more\n"
-        FileHandle.standardError.write(Data(line.utf8))
-        return nil
-    }
-    // Far beyond anything schedulable, which means never, and small enough to convert exactly.
-    return .seconds(min(seconds, 1e15))
 }
 
 /// What makes two coalescible operations the same work: their identifier and their `Value` type.
-@usableFromInline
-struct OperationKey: Hashable, Sendable {
+@usableFromInline struct OperationKey: Hashable, Sendable, CustomStringConvertible {
     @usableFromInline let identifier: String
     @usableFromInline let valueType: ObjectIdentifier
 
-    @inlinable
-    init<Value>(identifier: String, valueType: Value.Type) {
+    @inlinable init<Value>(identifier: String, valueType: Value.Type) {
         self.identifier = identifier
         self.valueType = ObjectIdentifier(valueType)
     }
+
+    @usableFromInline var description: String { identifier }
 }
 
 /// An operation that knows how to enter an ``OperationQueueManager`` whatever its `Value` type,
@@ -468,12 +418,7 @@ extension CoalescibleOperation: ManagerEnqueueable {
 /// An operation that a manager claims before adding it to its queue, so that it is never added
 /// twice.
 protocol QueueClaimable: Operation {
-    func claimForQueue() -> Bool
-    func claimIfDecidedBeforeEnqueue() -> Bool
+    func claimForQueue() -> Bool?
 }
 
-extension ConcurrentOperation: QueueClaimable {
-    func claimForQueue() -> Bool {
-        state.withLock { $0.claim(Admission(registration: nil, priority: nil)) }
-    }
-}
+extension ConcurrentOperation: QueueClaimable {}

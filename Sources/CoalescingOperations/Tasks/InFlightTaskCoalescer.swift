@@ -33,21 +33,30 @@
 ///   6.2 runtimes and later). Task priorities can only rise: a caller withdrawing never lowers it.
 /// - Waiting costs no thread: callers suspend on continuations. Joining takes a lock on the
 ///   caller's own thread, with no hop onto an actor.
-/// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:)``
+/// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:stallThreshold:)``
 ///   sees every step as a ``CoalescingEvent``.
 public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    @usableFromInline let core: TaskCoalescingCore<Key, Value>
+    @usableFromInline let engine: Engine<Key>
 
     /// Creates a coalescer with nothing in flight.
     ///
-    /// - Parameter observer: Receives one ``CoalescingEvent`` per step in the life of the work:
-    ///   started, caller joined, caller withdrawn, priority changed, ended. It runs on the thread
-    ///   that made the change (a caller's, the work's task, a timer's, or the one that cancelled),
-    ///   one event at a time and in order, with no lock of the coalescer held: it may call back
-    ///   into the coalescer. Keep it quick, since it delays the caller it runs on. The coalescer
-    ///   holds it until the coalescer and its work in flight are gone.
-    public init(observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil) {
-        core = TaskCoalescingCore(observer: observer)
+    /// - Parameters:
+    ///   - observer: Receives one ``CoalescingEvent`` per step in the life of the work: started,
+    ///     caller joined, caller withdrawn, priority changed, ended, stalled. It runs on the thread
+    ///     that made the change (a caller's, the work's task, a timer's, or the one that
+    ///     cancelled), one event at a time and in order, with no lock of the coalescer held: it
+    ///     may call back into the coalescer. Keep it quick, since it delays the caller it runs on.
+    ///     The coalescer holds it until the coalescer and its work in flight are gone.
+    ///   - stallThreshold: Reports work still in flight this long after it started while callers
+    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
+    ///     observer, or as a line on standard error when there is none. Defaults to the
+    ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
+    public init(
+        observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil
+    ) {
+        engine = Engine(
+            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            cancellation: CancellationError())
     }
 
     /// Returns the result of the work in flight for `key`, starting `operation` if there is none.
@@ -71,8 +80,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
     ///   ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func deduplicated(
+    @inlinable public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -81,13 +89,13 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
-        let arrival = core.arrive(
+        let arrival = engine.arrive(
             key: key, as: .plain, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
             operation: operation)
-        guard case .waiting(let work, let slot) = arrival else {
+        guard case .waiting(let work, let slot, let priority) = arrival else {
             preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }
-        return try await core.wait(for: work, in: slot)
+        return try await engine.wait(for: work, in: slot, arrivedAt: priority)
     }
 
     /// Cancels the work in flight for `key`: its callers throw `CancellationError` at once, and the
@@ -97,17 +105,15 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///
     /// - Parameter key: The key of the work to cancel.
     /// - Returns: Whether work was in flight for `key`.
-    @discardableResult
-    public func cancel(key: Key) -> Bool {
-        core.cancel(key: key)
+    @discardableResult public func cancel(key: Key) -> Bool {
+        engine.cancelAll(where: { $0 == key }, includingForgotten: false)
     }
 
     /// Cancels all work in flight, forgotten work included, for example when the user logs out.
     ///
     /// - Returns: Whether any work was in flight.
-    @discardableResult
-    public func cancelAll() -> Bool {
-        core.cancelAll()
+    @discardableResult public func cancelAll() -> Bool {
+        engine.cancelAll(where: { _ in true }, includingForgotten: true)
     }
 
     /// Forgets the work in flight for `key`: the next caller of `key` starts new work, while the
@@ -118,18 +124,17 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///
     /// - Parameter key: The key of the work to forget.
     /// - Returns: Whether work was in flight for `key`.
-    @discardableResult
-    public func forget(key: Key) -> Bool {
-        core.forget(key: key)
+    @discardableResult public func forget(key: Key) -> Bool {
+        engine.forget(where: { $0 == key })
     }
 
     /// What the coalescer has done since it was created: a snapshot, exact under concurrency.
     public var statistics: CoalescingStatistics {
-        core.statistics
+        engine.statistics
     }
 
     /// How many callers wait for the work in flight for `key`; for tests.
     func callerCount(for key: Key) -> Int {
-        core.callerCount(for: key)
+        engine.callerCount(for: key)
     }
 }

@@ -36,7 +36,7 @@
 /// caller that joined the prefetch's work and was served; no event reports it, since that work has
 /// already ended.
 public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    @usableFromInline let core: TaskCoalescingCore<Key, Value>
+    @usableFromInline let engine: Engine<Key>
 
     /// Creates a coalescer whose prefetched results expire after `prefetchTimeout`.
     ///
@@ -44,10 +44,17 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///   - prefetchTimeout: How long a prefetched result waits for its consumer. Match it to the
     ///     flow: seconds for a splash screen, a minute for an onboarding flow.
     ///   - observer: Receives one ``CoalescingEvent`` per step in the life of the work, as for
-    ///     ``InFlightTaskCoalescer/init(observer:)``: on the thread that made the change, in
-    ///     order, with no lock held. Keep it quick.
-    public init(prefetchTimeout: Duration, observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil) {
-        core = TaskCoalescingCore(prefetchTimeout: prefetchTimeout, observer: observer)
+    ///     ``InFlightTaskCoalescer/init(observer:stallThreshold:)``: on the thread that made the
+    ///     change, in order, with no lock held. Keep it quick.
+    ///   - stallThreshold: Reports work stalled as ``InFlightTaskCoalescer/init(observer:stallThreshold:)``
+    ///     describes.
+    public init(
+        prefetchTimeout: Duration, observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil,
+        stallThreshold: Duration? = nil
+    ) {
+        engine = Engine(
+            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            cancellation: CancellationError(), prefetchTimeout: prefetchTimeout)
     }
 
     /// Creates a coalescer that reads the time from `now`, so that tests can move it.
@@ -56,7 +63,10 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         now: @escaping @Sendable () -> ContinuousClock.Instant,
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil
     ) {
-        core = TaskCoalescingCore(prefetchTimeout: prefetchTimeout, now: now, observer: observer)
+        engine = Engine(
+            observer: observer, stallThreshold: nil, cancellation: CancellationError(),
+            prefetchTimeout: prefetchTimeout,
+            now: now)
     }
 
     /// Returns the prefetched result for `key` if one is waiting, or the result of the work in
@@ -78,8 +88,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     /// - Returns: The value, the same for every caller of the same work.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func deduplicated(
+    @inlinable public func deduplicated(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -88,11 +97,12 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
-        let arrival = core.arrive(
+        let arrival = engine.arrive(
             key: key, as: .consumer, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot): return try await core.wait(for: work, in: slot)
+        case .waiting(let work, let slot, let priority):
+            return try await engine.wait(for: work, in: slot, arrivedAt: priority)
         case .taken(let value): return value
         case .alreadyStored: preconditionFailure("PrefetchableTaskCoalescer: a consumer was told to do nothing")
         }
@@ -119,8 +129,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable
-    public func prefetch(
+    @inlinable public func prefetch(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
@@ -129,11 +138,12 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         operation: @escaping @Sendable () async throws -> Value
     ) async throws {
         try Task.checkCancellation()
-        let arrival = core.arrive(
+        let arrival = engine.arrive(
             key: key, as: .prefetcher, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot): _ = try await core.wait(for: work, in: slot)
+        case .waiting(let work, let slot, let priority):
+            _ = try await engine.wait(for: work, in: slot, arrivedAt: priority)
         case .alreadyStored: return
         case .taken: preconditionFailure("PrefetchableTaskCoalescer: a prefetcher took a stored result")
         }
@@ -145,18 +155,16 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///
     /// - Parameter key: The key to cancel.
     /// - Returns: Whether work was in flight or a result stored for `key`.
-    @discardableResult
-    public func cancel(key: Key) -> Bool {
-        core.cancel(key: key)
+    @discardableResult public func cancel(key: Key) -> Bool {
+        engine.cancelAll(where: { $0 == key }, includingForgotten: false)
     }
 
     /// Cancels all work in flight, forgotten work included, and drops every stored result, for
     /// example when the user logs out.
     ///
     /// - Returns: Whether any work was in flight or any result stored.
-    @discardableResult
-    public func cancelAll() -> Bool {
-        core.cancelAll()
+    @discardableResult public func cancelAll() -> Bool {
+        engine.cancelAll(where: { _ in true }, includingForgotten: true)
     }
 
     /// Forgets `key`: drops the result stored for it, and the work in flight for it from the
@@ -167,42 +175,22 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///
     /// - Parameter key: The key to forget.
     /// - Returns: Whether work was in flight or a result stored for `key`.
-    @discardableResult
-    public func forget(key: Key) -> Bool {
-        core.forget(key: key)
-    }
-
-    /// Cancels the work in flight for `key` and drops the result stored for it.
-    ///
-    /// - Parameter key: The key to invalidate.
-    /// - Returns: Whether work was in flight or a result stored for `key`.
-    @available(*, deprecated, renamed: "cancel(key:)")
-    @discardableResult
-    public func invalidate(key: Key) -> Bool {
-        cancel(key: key)
-    }
-
-    /// Cancels all work in flight and drops every stored result.
-    ///
-    /// - Returns: Whether any work was in flight or any result stored.
-    @available(*, deprecated, renamed: "cancelAll()")
-    @discardableResult
-    public func invalidateAll() -> Bool {
-        cancelAll()
+    @discardableResult public func forget(key: Key) -> Bool {
+        engine.forget(where: { $0 == key })
     }
 
     /// What the coalescer has done since it was created: a snapshot, exact under concurrency.
     public var statistics: CoalescingStatistics {
-        core.statistics
+        engine.statistics
     }
 
     /// How many callers wait for the work in flight for `key`; for tests.
     func callerCount(for key: Key) -> Int {
-        core.callerCount(for: key)
+        engine.callerCount(for: key)
     }
 
     /// How many results are stored, expired or not; for tests.
     var storedCount: Int {
-        core.storedCount
+        engine.storedCount
     }
 }

@@ -1,5 +1,5 @@
-#if canImport(os)
-import os
+#if canImport(Darwin)
+import Darwin
 #elseif canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -17,12 +17,10 @@ import Musl
 ///
 /// `withLock` is inlinable, like the hot paths that use it, so that client code is specialized
 /// for its `State` instead of going through generic metadata on every call.
-@usableFromInline
-struct LockedState<State> {
+@usableFromInline struct LockedState<State> {
     @usableFromInline let buffer: Buffer
 
-    @inlinable
-    init(_ initialState: State) {
+    @inlinable init(_ initialState: State) {
         let buffer = Buffer.create(minimumCapacity: 1) { buffer in
             buffer.withUnsafeMutablePointerToElements { PlatformLock.initialize($0) }
             return initialState
@@ -32,8 +30,7 @@ struct LockedState<State> {
     }
 
     /// Runs `body` with exclusive access to the state.
-    @inlinable @inline(__always)
-    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+    @inlinable @inline(__always) func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         try buffer.withUnsafeMutablePointers { state, lock in
             PlatformLock.lock(lock)
             defer { PlatformLock.unlock(lock) }
@@ -41,8 +38,7 @@ struct LockedState<State> {
         }
     }
 
-    @usableFromInline
-    final class Buffer: ManagedBuffer<State, PlatformLock.Primitive> {
+    @usableFromInline final class Buffer: ManagedBuffer<State, PlatformLock.Primitive> {
         deinit {
             withUnsafeMutablePointerToElements { PlatformLock.deinitialize($0) }
         }
@@ -54,63 +50,33 @@ struct LockedState<State> {
 // keeps the whole box from being `Sendable`.
 extension LockedState: @unchecked Sendable where State: Sendable {}
 
-/// The cheapest non-recursive mutex of each platform, used in place in memory it does not own.
+/// A POSIX mutex, used in place in memory it does not own: one implementation on every platform,
+/// the one this package's tests and sanitizer runs exercise.
 ///
 /// Every pthread call's result is checked: a failure means memory corruption or a lock used after
 /// it was destroyed, and going on would break every guarantee built on it.
-@usableFromInline
-enum PlatformLock {
-    // Apple platforms: os_unfair_lock, whose calls cannot fail.
-    #if canImport(os)
-    @usableFromInline typealias Primitive = os_unfair_lock
-
-    @usableFromInline
-    static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        lock.initialize(to: os_unfair_lock())
-    }
-
-    @usableFromInline
-    static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        lock.deinitialize(count: 1)
-    }
-
-    @inlinable
-    static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
-        os_unfair_lock_lock(lock)
-    }
-
-    @inlinable
-    static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
-        os_unfair_lock_unlock(lock)
-    }
-    // Linux and other POSIX systems: pthread_mutex_t.
-    #else
+@usableFromInline enum PlatformLock {
     @usableFromInline typealias Primitive = pthread_mutex_t
 
-    @usableFromInline
-    static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
+    @usableFromInline static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
         lock.initialize(to: pthread_mutex_t())
         let status = pthread_mutex_init(lock, nil)
         precondition(status == 0, "pthread_mutex_init failed with \(status)")
     }
 
-    @usableFromInline
-    static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
+    @usableFromInline static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
         let status = pthread_mutex_destroy(lock)
         precondition(status == 0, "pthread_mutex_destroy failed with \(status)")
         lock.deinitialize(count: 1)
     }
 
-    @inlinable
-    static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
+    @inlinable static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
         let status = pthread_mutex_lock(lock)
         precondition(status == 0, "pthread_mutex_lock failed with \(status)")
     }
 
-    @inlinable
-    static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
+    @inlinable static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
         let status = pthread_mutex_unlock(lock)
         precondition(status == 0, "pthread_mutex_unlock failed with \(status)")
     }
-    #endif
 }

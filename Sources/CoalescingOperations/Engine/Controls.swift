@@ -1,0 +1,72 @@
+import Foundation
+
+/// Why a caller stopped waiting before the work ended, when it was not cancelled.
+public enum CoalescingError: Error, Equatable, Sendable {
+    /// The caller's own timeout passed first: that caller alone was withdrawn, and the work went on
+    /// for the others (or as its ``AbandonedWorkPolicy`` says, if it was the last).
+    case timedOut
+}
+
+/// What happens to work when its last caller withdraws (or times out).
+///
+/// Cancelling is right for a read nobody wants any more. It is wrong for a write, an upload or a
+/// cache warm-up, whose effect matters even when nobody waits for the answer:
+///
+/// - ``CoalescibleOperation``: set or override ``CoalescibleOperation/abandonedWorkPolicy``.
+/// - Task coalescers: pass `whenAbandoned:` to the call that starts the work.
+public enum AbandonedWorkPolicy: Sendable, Equatable {
+    /// Cancel the work. The default.
+    case cancel
+    /// Let the work run to its end with nobody waiting. Callers who arrive while it still runs join
+    /// it as usual.
+    case runToCompletion
+}
+
+/// The timers, the environment and the runtime's escalation: each in one place.
+enum Controls {
+    /// A duration this long or longer is never reached: ~292 years, the most nanoseconds a
+    /// dispatch deadline can hold.
+    static let never = Duration.nanoseconds(Int64.max)
+
+    /// Runs `action` once `delay` has passed, on a global dispatch queue: at once for zero or
+    /// less, never for ``never`` or more.
+    ///
+    /// Nothing is scheduled for callers that set no timeout, so they pay nothing for the feature.
+    /// The action is never cancelled: it must find out for itself whether it still matters.
+    static func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) {
+        guard delay < never else { return }
+        let (seconds, attoseconds) = delay.components
+        // Below `never`, so this fits: seconds < 2^63 / 10^9.
+        let nanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(max(0, nanoseconds))), execute: action)
+    }
+
+    /// The stall threshold set by the environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, in
+    /// seconds, read once per process. A number of seconds too large to schedule means never. A
+    /// value that is not a number of seconds, zero or more, is ignored with one line on standard
+    /// error: a setting must never stop an app.
+    static let environmentStallThreshold: Duration? = {
+        let name = "COALESCING_STALL_THRESHOLD_SECONDS"
+        guard let text = ProcessInfo.processInfo.environment[name] else { return nil }
+        guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
+            warn("ignoring \(name)=\(text): not a number of seconds, zero or more")
+            return nil
+        }
+        return seconds * 1e9 < Double(Int64.max) ? .nanoseconds(Int64(seconds * 1e9)) : never
+    }()
+
+    /// Writes one line to standard error.
+    static func warn(_ message: String) {
+        FileHandle.standardError.write(Data("CoalescingOperations: \(message)\n".utf8))
+    }
+
+    /// Raises `task`'s priority, on runtimes that can (Swift 6.2 and later). Tasks can only be
+    /// escalated, never lowered.
+    static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+        #if compiler(>=6.2)
+        if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+            task.escalatePriority(to: priority)
+        }
+        #endif
+    }
+}
