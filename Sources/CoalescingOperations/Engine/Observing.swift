@@ -119,6 +119,11 @@ public enum WorkPriority: Sendable, Equatable {
     case task(TaskPriority)
 }
 
+/// One step in the life of coalesced work, handed to the observer given to a coalescer.
+///
+/// `Key` is the identifier (`String`) for ``OperationQueueManager`` and the key for the task
+/// coalescers. Events reach the observer in the order of the steps they describe: work starts
+/// before callers join it, and a caller joins before it withdraws or the work ends.
 public enum CoalescingEvent<Key: Hashable & Sendable>: Sendable {
     /// A caller found nothing in flight and started work.
     case workStarted(key: Key)
