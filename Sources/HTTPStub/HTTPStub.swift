@@ -16,6 +16,13 @@ import FoundationNetworking
 /// cancelled before its answer (``abandonedRequestCount``).
 ///
 /// ```swift
+/// import Foundation
+/// import HTTPStub
+///
+/// #if canImport(FoundationNetworking)
+/// import FoundationNetworking
+/// #endif
+///
 /// let stub = HTTPStub(routes: ["/users/42": .json(HTTPStub.Fixtures.userJSON)])
 /// let configuration = URLSessionConfiguration.ephemeral
 /// stub.configure(configuration)

@@ -8,6 +8,10 @@ import Logging
 /// does other things:
 ///
 /// ```swift
+/// import CoalescingLogging
+/// import CoalescingOperations
+/// import Logging
+///
 /// let logging = CoalescingLogging(coalescer: "profiles", logger: Logger(label: "server"))
 /// let profiles = InFlightTaskCoalescer<String, String>(observer: logging.record)
 /// ```

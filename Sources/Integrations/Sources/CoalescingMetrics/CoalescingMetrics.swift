@@ -8,6 +8,9 @@ import CoreMetrics
 /// does other things:
 ///
 /// ```swift
+/// import CoalescingMetrics
+/// import CoalescingOperations
+///
 /// let metrics = CoalescingMetrics(coalescer: "profiles")
 /// let profiles = InFlightTaskCoalescer<String, String>(observer: metrics.record)
 /// ```

@@ -14,6 +14,8 @@ import Tracing
 /// cancelled) gets the event `coalescing.left`, naming the work by its key.
 ///
 /// ```swift
+/// import CoalescingTracing
+///
 /// let profiles = TracedCoalescer<String, String>(name: "load profile")
 ///
 /// func profile(id: String) async throws -> String {
