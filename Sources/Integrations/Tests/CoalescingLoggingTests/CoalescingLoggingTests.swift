@@ -26,23 +26,9 @@ final class CoalescingLoggingTests: XCTestCase {
     }
 
     func testWithdrawalsAndAFailureAreStructuredRecords() async throws {
-        let bridge = logging()
-        let arrivals = Threshold()
-        let withdrawals = Threshold()
-        let coalescer = InFlightTaskCoalescer<String, Int> { event in
-            bridge.record(event)
-            if event.isArrival { arrivals.advance() }
-            if case .callerWithdrawn = event { withdrawals.advance() }
-        }
-        let (tasks, release) = try await burst(of: 3, arrivals: arrivals) { index, work in
-            try await coalescer.deduplicated(key: "ada", timeout: index == 2 ? .milliseconds(1) : nil) {
-                try await work()
-                throw Unavailable()
-            }
-        }
-        tasks[1].cancel()
-        try await withdrawals.wait(until: 2)
-        release.advance()
+        let seen = Observation()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(logging().record))
+        let tasks = try await seen.burstWithTwoCallersLeaving(of: 3, through: coalescer) { throw Unavailable() }
         let error = await XCTAssertThrowsErrorAsync(try await tasks[0].value)
         XCTAssertTrue(error is Unavailable)
 

@@ -17,23 +17,10 @@ final class CoalescingMetricsTests: XCTestCase {
 
     func testABurstCountsOneWorkAndEveryCallerAsItLeaves() async throws {
         let bridge = CoalescingMetrics(coalescer: "profiles", factory: metrics)
-        let arrivals = Threshold()
-        let withdrawals = Threshold()
-        let coalescer = InFlightTaskCoalescer<String, Int> { event in
-            bridge.record(event)
-            if event.isArrival { arrivals.advance() }
-            if case .callerWithdrawn = event { withdrawals.advance() }
-        }
+        let seen = Observation()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(bridge.record))
 
-        let (tasks, release) = try await burst(of: 4, arrivals: arrivals) { index, work in
-            try await coalescer.deduplicated(key: "ada", timeout: index == 2 ? .milliseconds(1) : nil) {
-                try await work()
-                return 42
-            }
-        }
-        tasks[1].cancel()
-        try await withdrawals.wait(until: 2)  // caller 1 cancelled, caller 2 timed out
-        release.advance()
+        let tasks = try await seen.burstWithTwoCallersLeaving(of: 4, through: coalescer) { 42 }
         for index in [0, 3] {
             let value = try await tasks[index].value
             XCTAssertEqual(value, 42)
@@ -54,13 +41,10 @@ final class CoalescingMetricsTests: XCTestCase {
 
     func testWorkAbandonedByItsOnlyCallerEndsCancelled() async throws {
         let bridge = CoalescingMetrics(coalescer: "profiles", factory: metrics)
-        let arrivals = Threshold()
-        let coalescer = InFlightTaskCoalescer<String, Int> { event in
-            bridge.record(event)
-            if event.isArrival { arrivals.advance() }
-        }
+        let seen = Observation()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(bridge.record))
         let ended = Threshold()
-        let (tasks, _) = try await burst(of: 1, arrivals: arrivals) { _, work in
+        let (tasks, _) = try await burst(of: 1, arrivals: seen.arrivals) { _, work in
             try await coalescer.deduplicated(key: "ada") {
                 defer { ended.advance() }
                 try await work()

@@ -41,11 +41,9 @@ final class TracedCoalescerTests: XCTestCase {
     }
 
     func testTheWorkSpanIsAChildOfTheFirstCallerAndEveryCallerLinksToIt() async throws {
-        let arrivals = Threshold()
-        let traced = TracedCoalescer<String, String>(name: "load profile", tracer: tracer) { event in
-            if event.isArrival { arrivals.advance() }
-        }
-        let (tasks, release) = try await requests(3, through: traced, arrivals: arrivals) { context in
+        let seen = Observation()
+        let traced = TracedCoalescer<String, String>(name: "load profile", tracer: tracer, observer: seen.observer())
+        let (tasks, release) = try await requests(3, through: traced, arrivals: seen.arrivals) { context in
             XCTAssertEqual(ServiceContext.current?.inMemorySpanContext, context.inMemorySpanContext)
             return context.inMemorySpanContext?.spanID ?? "none"
         }
@@ -69,16 +67,12 @@ final class TracedCoalescerTests: XCTestCase {
     }
 
     func testACallerThatTimesOutSaysSoAndTheOthersShareTheWorksError() async throws {
-        let arrivals = Threshold()
-        let withdrawals = Threshold()
-        let traced = TracedCoalescer<String, String>(name: "load profile", tracer: tracer) { event in
-            if event.isArrival { arrivals.advance() }
-            if case .callerWithdrawn = event { withdrawals.advance() }
-        }
+        let seen = Observation()
+        let traced = TracedCoalescer<String, String>(name: "load profile", tracer: tracer, observer: seen.observer())
         let (tasks, release) = try await requests(
-            2, through: traced, arrivals: arrivals, timeout: { $0 == 1 ? .milliseconds(1) : nil }
+            2, through: traced, arrivals: seen.arrivals, timeout: { $0 == 1 ? .milliseconds(1) : nil }
         ) { _ in throw Unavailable() }
-        try await withdrawals.wait()
+        try await seen.withdrawals.wait()
         release.advance()
         let failure = await XCTAssertThrowsErrorAsync(try await tasks[0].value)
         XCTAssertTrue(failure is Unavailable)

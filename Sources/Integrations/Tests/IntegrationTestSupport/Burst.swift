@@ -1,5 +1,3 @@
-import CoalescingOperations
-
 /// Test equipment: runs `callers` concurrent calls of one key through `call`, the first starting
 /// work that waits at a release gate and every other joining it, and returns once all have arrived.
 ///
@@ -23,14 +21,4 @@ public func burst<Value: Sendable>(
         try await arrivals.wait(until: index + 1)
     }
     return (tasks, release)
-}
-
-extension CoalescingEvent {
-    /// Whether a caller arrived: it started work or joined it.
-    public var isArrival: Bool {
-        switch self {
-        case .workStarted, .callerJoined: true
-        default: false
-        }
-    }
 }
