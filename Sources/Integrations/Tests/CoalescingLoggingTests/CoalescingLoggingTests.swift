@@ -31,6 +31,7 @@ final class CoalescingLoggingTests: XCTestCase {
         let tasks = try await seen.burstWithTwoCallersLeaving(of: 3, through: coalescer) { throw Unavailable() }
         let error = await XCTAssertThrowsErrorAsync(try await tasks[0].value)
         XCTAssertTrue(error is Unavailable)
+        try await seen.ended.wait()
 
         let withdrawn = records.filter { $0.message == "caller withdrew" }
         XCTAssertEqual(
@@ -53,9 +54,10 @@ final class CoalescingLoggingTests: XCTestCase {
     }
 
     func testEveryStepIsATraceRecordWhenTheLevelAllows() async throws {
-        let bridge = logging(level: .trace)
-        let coalescer = InFlightTaskCoalescer<String, Int>(observer: bridge.record)
+        let seen = Observation()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(logging(level: .trace).record))
         _ = try await coalescer.deduplicated(key: "ada") { 42 }
+        try await seen.ended.wait()
         XCTAssertEqual(records.map(\.message), ["coalesced work started", "coalesced work ended"])
         XCTAssertEqual(records.last?.level, .debug)
     }

@@ -25,6 +25,7 @@ final class CoalescingMetricsTests: XCTestCase {
             let value = try await tasks[index].value
             XCTAssertEqual(value, 42)
         }
+        try await seen.ended.wait()
 
         XCTAssertEqual(try total("coalescing_work_started_total"), 1)
         XCTAssertEqual(try total("coalescing_callers_joined_total"), 3)
@@ -43,16 +44,14 @@ final class CoalescingMetricsTests: XCTestCase {
         let bridge = CoalescingMetrics(coalescer: "profiles", factory: metrics)
         let seen = Observation()
         let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(bridge.record))
-        let ended = Threshold()
         let (tasks, _) = try await burst(of: 1, arrivals: seen.arrivals) { _, work in
             try await coalescer.deduplicated(key: "ada") {
-                defer { ended.advance() }
                 try await work()
                 return 42
             }
         }
         tasks[0].cancel()
-        try await ended.wait()
+        try await seen.ended.wait()
         await XCTAssertThrowsErrorAsync(try await tasks[0].value)
 
         XCTAssertEqual(try total("coalescing_callers_withdrawn_total", [("reason", "withdrawn")]), 1)

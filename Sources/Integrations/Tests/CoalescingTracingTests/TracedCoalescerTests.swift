@@ -78,6 +78,7 @@ final class TracedCoalescerTests: XCTestCase {
         XCTAssertTrue(failure is Unavailable)
         let timeout = await XCTAssertThrowsErrorAsync(try await tasks[1].value)
         XCTAssertEqual(timeout as? CoalescingError, .timedOut)
+        try await seen.ended.wait()
 
         let work = try span("load profile (work)")
         XCTAssertEqual(work.errors.count, 1)

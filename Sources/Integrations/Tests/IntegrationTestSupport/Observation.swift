@@ -1,12 +1,15 @@
 import CoalescingOperations
 
 /// Test equipment: what a coalescer's observer saw, to wait on: callers that arrived (started or
-/// joined work) and callers that withdrew (cancelled or timed out).
+/// joined work), callers that withdrew (cancelled or timed out), and work that ended. A caller can
+/// be served before the event that the work ended reaches the observer: wait for ``ended``.
 public struct Observation: Sendable {
     /// Advanced once per caller that started or joined work.
     public let arrivals = Threshold()
     /// Advanced once per caller that withdrew.
     public let withdrawals = Threshold()
+    /// Advanced once per piece of work that ended.
+    public let ended = Threshold()
 
     /// Creates an observation with nothing seen.
     public init() {}
@@ -18,11 +21,12 @@ public struct Observation: Sendable {
     public func observer(
         _ record: @escaping @Sendable (CoalescingEvent<String>) -> Void = { _ in }
     ) -> @Sendable (CoalescingEvent<String>) -> Void {
-        { [arrivals, withdrawals] event in
+        { [arrivals, withdrawals, ended] event in
             record(event)
             switch event {
             case .workStarted, .callerJoined: arrivals.advance()
             case .callerWithdrawn: withdrawals.advance()
+            case .workEnded: ended.advance()
             default: break
             }
         }

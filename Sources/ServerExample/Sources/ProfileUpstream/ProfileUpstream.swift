@@ -5,7 +5,8 @@ import ServerSupport
 /// `GET /profiles/{id}` answers `{"id": …, "name": …, "load": n}`, where `n` numbers the loads
 /// since it started, so that answers from one load are identical and answers from two differ.
 ///
-/// Each load takes `latency`, and, while the upstream holds its answers, waits for ``release()``.
+/// Each load takes `latency`, and, while the upstream holds its answers (``hold()``), waits for
+/// ``release()``.
 /// A load whose client disconnects is cancelled and counted as such.
 public struct ProfileUpstream: Sendable {
     /// Loads started, answered and cancelled; wait on it to see a load reach or leave the upstream.
@@ -26,6 +27,11 @@ public struct ProfileUpstream: Sendable {
     /// Lets every load answer, those waiting and those to come.
     public func release() {
         isHolding.update { $0 = false }
+    }
+
+    /// Makes the loads that start from now on wait for ``release()`` again.
+    public func hold() {
+        isHolding.update { $0 = true }
     }
 
     /// The upstream's one route.

@@ -16,9 +16,12 @@ final class BurstTests: XCTestCase {
         let ada = Profile(id: "ada", name: "Profile ada", load: 1)
         XCTAssertEqual(answers.filter { $0.status == 200 && $0.profile == ada }.count, 50)
         XCTAssertEqual(harness.upstream.counts.value.started, 1)
+        try await harness.seen.wait { $0.ended == 1 }  // a client can read its answer first
         XCTAssertEqual(harness.loader.statistics.callersSaved, 49)
 
+        harness.upstream.hold()
         let next = try await harness.burst(10, of: "/profiles/ada", arrivedBefore: 50)
+        harness.upstream.release()
         for request in next {
             let answer = try await request.value
             XCTAssertEqual(answer.profile?.load, 2, "a new burst, a new load")

@@ -34,6 +34,7 @@ final class DisconnectTests: XCTestCase {
         requests[2].cancel()
         try await harness.upstream.counts.wait { $0.cancelled == 1 }
         XCTAssertEqual(harness.upstream.counts.value, counts(started: 1, answered: 0, cancelled: 1))
+        try await harness.seen.wait { $0.ended == 1 }
         XCTAssertEqual(harness.loader.statistics.workCancelled, 1)
         try await harness.stop()
     }

@@ -51,13 +51,16 @@ final class ObservabilityTests: XCTestCase {
 
         let spans = tracer.finishedSpans
         let work = try XCTUnwrap(spans.first { $0.operationName == "load profile (work)" })
-        let callers = spans.filter { $0.operationName == "load profile" && $0.traceID != "" }
+        let callers = spans.filter { $0.operationName == "load profile" }
             .filter { $0.links.contains { $0.context.inMemorySpanContext?.spanID == work.spanID } }
         XCTAssertEqual(callers.count, 3, "every request served links to the load")
         let starter = try XCTUnwrap(spans.first { $0.spanID == work.parentSpanID })
         XCTAssertEqual(starter.operationName, "load profile")
-        let request = try XCTUnwrap(spans.first { $0.spanID == starter.parentSpanID })
-        XCTAssertEqual(request.kind, .server, "the first caller's span is a child of its request's span")
+        // The request's span may still be ending: its client can read the response first.
+        let requestKind =
+            spans.first { $0.spanID == starter.parentSpanID }?.kind
+            ?? tracer.activeSpans.first { $0.spanID == starter.parentSpanID }?.kind
+        XCTAssertEqual(requestKind, .server, "the first caller's span is a child of its request's span")
         try await harness.stop()
     }
 }

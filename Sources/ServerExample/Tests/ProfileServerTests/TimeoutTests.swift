@@ -14,7 +14,9 @@ final class TimeoutTests: XCTestCase {
             XCTAssertEqual(answer.status, 504)
         }
         try await harness.upstream.counts.wait { $0.cancelled == 1 }
+        try await harness.seen.wait { $0.timedOut == 5 && $0.ended == 1 }
         XCTAssertEqual(harness.loader.statistics.callersTimedOut, 5)
+        XCTAssertEqual(harness.loader.statistics.workCancelled, 1)
         try await harness.stop()
     }
 
