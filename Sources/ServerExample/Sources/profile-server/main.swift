@@ -55,5 +55,7 @@ let loader = ProfileLoader(
     client: client)
 let server = try await RunningServer.start(
     makeRouter(loader: loader), port: port, logger: Logger(label: "profile-server"))
-print("profile-server: \(server.url)/profiles/{id}, loading from \(upstreamServer.url) in \(latency) ms")
+// Unbuffered, so that the line shows at once even when standard output is a pipe.
+FileHandle.standardOutput.write(
+    Data("profile-server: \(server.url)/profiles/{id}, loading from \(upstreamServer.url) in \(latency) ms\n".utf8))
 try await server.waitUntilStopped()
