@@ -15,12 +15,13 @@ let package = Package(
         // Worked examples: a user fetch and a networking layer over URLSession.
         .target(name: "Examples", dependencies: ["CoalescingOperations"]),
 
-        // A small HTTP/1.1 server on 127.0.0.1 that the example tests and the demo talk to.
-        .target(name: "FixtureHTTPServer"),
+        // Canned HTTP answers served in-process through a URLProtocol, counting requests: the
+        // example tests' equipment and the demo's backend.
+        .target(name: "HTTPStub"),
 
         .executableTarget(
             name: "coalescing-demo",
-            dependencies: ["CoalescingOperations", "Examples", "FixtureHTTPServer"]
+            dependencies: ["CoalescingOperations", "Examples", "HTTPStub"]
         ),
 
         // Gates, recorders and queues that every test target shares, and the one known
@@ -32,11 +33,10 @@ let package = Package(
 
         .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
         .testTarget(
-            name: "ExamplesTests", dependencies: ["Examples", "FixtureHTTPServer", "CoalescingOperations", "TestSupport"]
+            name: "ExamplesTests", dependencies: ["Examples", "HTTPStub", "CoalescingOperations", "TestSupport"]
         ),
-        .testTarget(name: "FixtureHTTPServerTests", dependencies: ["FixtureHTTPServer", "TestSupport"]),
         // Runs the built demo as a user would; the dependency makes `swift test` build it.
-        .testTarget(name: "DemoTests", dependencies: ["coalescing-demo", "FixtureHTTPServer"]),
+        .testTarget(name: "DemoTests", dependencies: ["coalescing-demo", "HTTPStub"]),
     ],
     swiftLanguageModes: [.v6]
 )

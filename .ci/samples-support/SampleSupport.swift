@@ -1,16 +1,15 @@
 // What the documentation's samples name without declaring, so that each sample can stay short.
 // `.ci/samples` compiles every sample against this module. Only the app's own pieces live here
 // (a backend, its models, the values a sample is handed); everything the library provides, and
-// the one `UserFetchOperation`, come from the real modules this module re-exports.
+// the one `UserFetchOperation`, come from the real modules this module re-exports. It re-exports
+// nothing else: a sample that uses URLSession imports FoundationNetworking on Linux, as an app does.
 
 @_exported import CoalescingOperations
 @_exported import Examples
-@_exported import FixtureHTTPServer
 @_exported import Foundation
 
-// Linux only: URLSession lives in FoundationNetworking there, in Foundation on Apple platforms.
 #if canImport(FoundationNetworking)
-@_exported import FoundationNetworking
+import FoundationNetworking
 #endif
 
 /// A profile, as the samples' backend returns it.

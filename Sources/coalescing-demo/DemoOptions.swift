@@ -17,14 +17,22 @@ struct DemoOptions {
     static let usage = """
         usage: coalescing-demo [--latency MS] [--no-coalescing | --compare] [--base-url URL] [--events]
 
-        Plays an app launch against a local HTTP server and shows what coalescing saves.
+        Plays an app launch against an embedded server and shows what coalescing saves. The
+        embedded server runs in-process: it answers the app's URLSession through a URLProtocol,
+        and counts every request the session sends.
 
           --latency MS      the embedded server answers each request after MS milliseconds
                             (default 250); with --base-url, the in-process user service does
           --no-coalescing   run the same launch without coalescing
           --compare         run the launch with and without coalescing, and print both side by side
-          --base-url URL    send the question requests to URL (e.g. https://api.stackexchange.com)
-                            instead of the embedded server; the user is then served in-process
+          --base-url URL    send the question requests to the server at URL instead of the
+                            embedded server; the user is then served in-process. The demo asks
+                              GET URL/2.3/questions?page=N&order=desc&sort=activity&site=stackoverflow
+                            and expects the Stack Exchange API's JSON (as https://api.stackexchange.com
+                            answers it):
+                              {"items": [{"question_id": 1, "title": "…", "link": "https://…",
+                                          "score": 3, "is_answered": true, "tags": ["swift"]}],
+                               "has_more": true}
           --events          print each event the library reports (work started, caller joined,
                             work ended…) as it happens
           -h, --help        show this help

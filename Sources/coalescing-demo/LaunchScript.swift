@@ -1,7 +1,7 @@
 import CoalescingOperations
 import Examples
-import FixtureHTTPServer
 import Foundation
+import HTTPStub
 
 // Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
@@ -10,7 +10,7 @@ import FoundationNetworking
 
 /// The app launch the demo plays: several screens ask for the same data at once.
 final class LaunchScript: Sendable {
-    private typealias Fixtures = FixtureHTTPServer.Fixtures
+    private typealias Fixtures = HTTPStub.Fixtures
 
     /// The time between the question list's callers: a request that answers faster than this is
     /// over before the next caller asks, and nothing is left to join.
@@ -21,8 +21,9 @@ final class LaunchScript: Sendable {
     private let timeline: Timeline
     private let tally = Tally()
     private let coalescers: Coalescers
-    /// The embedded server, unless `--base-url` points elsewhere.
-    private let server: FixtureHTTPServer?
+    /// The embedded server, in-process, which counts every request the session sends; none
+    /// when `--base-url` points at a real one.
+    private let server: HTTPStub?
     private let baseURL: URL
     /// The user request as the failure lines name it.
     private let userRequest: String
@@ -35,8 +36,9 @@ final class LaunchScript: Sendable {
     private let sharedManager: OperationQueueManager
     private let sharedPrefetcher = PrefetchableTaskCoalescer<Int, QuestionPage>(prefetchTimeout: .seconds(30))
 
-    /// Creates the launch; with `quiet`, it prints no timeline.
-    init(options: DemoOptions, coalescing: Bool, quiet: Bool = false) throws {
+    /// Creates the launch; with `quiet`, it prints no timeline. `routes` replaces the embedded
+    /// server's answers for their paths (a test's 404 or bad JSON).
+    init(options: DemoOptions, coalescing: Bool, quiet: Bool = false, routes: [String: StubResponse] = [:]) {
         self.coalescing = coalescing
         coalescers = Coalescers(printsEvents: options.printsEvents && !quiet)
         latency = options.latency
@@ -44,6 +46,19 @@ final class LaunchScript: Sendable {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         configuration.timeoutIntervalForRequest = 30
+        if let baseURL = options.baseURL {
+            server = nil
+            self.baseURL = baseURL
+        } else {
+            let server = HTTPStub(
+                routes: [
+                    Fixtures.userPath: .json(Fixtures.user).delayed(by: options.latency),
+                    Fixtures.questionsPath: .json(Fixtures.questionsPage).delayed(by: options.latency),
+                ].merging(routes) { $1 })
+            server.configure(configuration)
+            self.server = server
+            baseURL = server.baseURL
+        }
         session = URLSession(configuration: configuration)
         callbacks.name = "demo callbacks"
         callbacks.maxConcurrentOperationCount = 1
@@ -51,9 +66,15 @@ final class LaunchScript: Sendable {
 
         let tally = self.tally
         let latency = options.latency
-        if let baseURL = options.baseURL {
-            server = nil
-            self.baseURL = baseURL
+        if let server {
+            let userURL = server.url(for: Fixtures.userPath)
+            userRequest = "GET \(userURL.absoluteString)"
+            let http = UserService.http(url: userURL, session: session)
+            userService = UserService { completion in
+                tally.requestSent("GET \(Fixtures.userPath)")
+                http.load(completion)
+            }
+        } else {
             userRequest = "user (served in-process)"
             // A real API has no such user endpoint: serve the user in-process, as slowly as a network.
             userService = UserService { completion in
@@ -61,20 +82,6 @@ final class LaunchScript: Sendable {
                 DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(latency / .nanoseconds(1)))) {
                     completion(.success(User(id: 42, name: "Ada Lovelace", email: "ada@example.com")))
                 }
-            }
-        } else {
-            let server = try FixtureHTTPServer(routes: [
-                Fixtures.userPath: .json(Fixtures.user).delayed(by: latency),
-                Fixtures.questionsPath: .json(Fixtures.questionsPage).delayed(by: latency),
-            ])
-            self.server = server
-            baseURL = server.baseURL
-            let userURL = server.url(for: Fixtures.userPath)
-            userRequest = "GET \(userURL.absoluteString)"
-            let http = UserService.http(url: userURL, session: session)
-            userService = UserService { completion in
-                tally.requestSent("GET \(Fixtures.userPath)")
-                http.load(completion)
             }
         }
     }
@@ -84,7 +91,8 @@ final class LaunchScript: Sendable {
         let where_ =
             server == nil
             ? "\(baseURL.absoluteString) (--base-url; the user is served in-process after \(milliseconds(latency)))"
-            : "the embedded server at \(baseURL.absoluteString), which answers every request after \(milliseconds(latency))"
+            : "the embedded server (in-process, at \(baseURL.absoluteString)), which answers every request after "
+                + milliseconds(latency)
         timeline.note(
             """
             coalescing-demo: an app launch against \(where_); coalescing \(coalescing ? "on" : "off")
@@ -169,7 +177,7 @@ final class LaunchScript: Sendable {
         group.enter()
         let asked = ContinuousClock.now
         let handle = questions().fetchQuestions(callBackQueue: callbacks) { result in
-            let description = result.map { "\($0.items.count) questions" }
+            let description = result.map { questionCount($0.items.count) }
             self.served(
                 caller, request: self.questionsRequest(page: 1), description, after: ContinuousClock.now - asked)
             group.leave()
@@ -196,7 +204,7 @@ final class LaunchScript: Sendable {
             tally.servedFromPrefetch(caller)
         }
         let source = fromPrefetch ? " (from the prefetch, no request)" : ""
-        served(caller, request: questionsRequest(page: 2), result.map { "\($0.items.count) questions\(source)" })
+        served(caller, request: questionsRequest(page: 2), result.map { questionCount($0.items.count) + source })
     }
 
     private func served(
@@ -210,6 +218,11 @@ final class LaunchScript: Sendable {
         default: timeline.log(caller, "cancelled")
         }
     }
+}
+
+/// `1 question`, `4 questions`.
+private func questionCount(_ count: Int) -> String {
+    count == 1 ? "1 question" : "\(count) questions"
 }
 
 extension Result where Failure == Error {

@@ -59,7 +59,7 @@ struct LaunchSummary {
 
     /// The summary of one launch, as printed after its timeline.
     var text: String {
-        let counted = requestsCountedByServer ? "as the server counted them" : "as the demo sent them"
+        let counted = requestsCountedByServer ? "as the embedded server counted them" : "as the demo sent them"
         return """
             Summary, coalescing \(coalescing ? "on" : "off")
               callers served      \(served)

@@ -1,11 +1,15 @@
-import FixtureHTTPServer
 import Foundation
+import HTTPStub
 import XCTest
 
+@testable import coalescing_demo
+
 // What these check: that `coalescing-demo` tells the truth, run as a user runs it (the built
-// binary, in a process of its own): a good run exits 0 and says what coalescing saved; a run
-// against a dead port, a server answering 404, or JSON of the wrong shape exits non-zero with one
-// line per failed caller naming the URL and the reason.
+// binary, in a process of its own): a good run exits 0 and says what coalescing saved, counted by
+// the embedded server; a run against a dead port exits non-zero with one line per failed caller
+// naming the URL and the reason. The launch itself, run in-process against its embedded server
+// answering 404 or JSON of the wrong shape, names the same for each failed caller. (The demo's
+// figures are Guarantees 1, 21 and 22 at work; these tests check the demo, not the library.)
 
 /// The output of one run of the demo.
 private struct DemoRun {
@@ -20,7 +24,7 @@ private struct DemoRun {
 }
 
 final class DemoTests: XCTestCase {
-    private typealias Fixtures = FixtureHTTPServer.Fixtures
+    private typealias Fixtures = HTTPStub.Fixtures
 
     /// The question callers of the launch: the list's five, the splash screen and the next screen.
     /// The three user callers are served in-process under `--base-url`.
@@ -76,7 +80,7 @@ final class DemoTests: XCTestCase {
         XCTAssertEqual(run.status, 0, run.standardError)
         XCTAssertTrue(run.standardOutput.contains("answers every request after 1000 ms"), run.standardOutput)
         XCTAssertTrue(run.standardOutput.contains("callers served      10"), run.standardOutput)
-        XCTAssertTrue(run.standardOutput.contains("requests sent       3  (as the server counted them)"))
+        XCTAssertTrue(run.standardOutput.contains("requests sent       3  (as the embedded server counted them)"))
         XCTAssertTrue(run.standardOutput.contains("requests saved      7"), run.standardOutput)
         XCTAssertEqual(run.failureLines, [])
     }
@@ -107,10 +111,8 @@ final class DemoTests: XCTestCase {
     }
 
     func testADeadPortFailsWithOneLinePerCaller() throws {
-        // A port that was just ours and is now closed: nothing listens there.
-        let closed = try FixtureHTTPServer()
-        let baseURL = closed.baseURL.absoluteString
-        closed.stop()
+        // Port 9 (discard) on loopback: nothing listens there on a test machine.
+        let baseURL = "http://127.0.0.1:9"
 
         let run = try runDemo(["--base-url", baseURL, "--latency", "0"])
 
@@ -124,42 +126,51 @@ final class DemoTests: XCTestCase {
         XCTAssertTrue(run.standardOutput.contains("callers failed      \(questionCallers)"), run.standardOutput)
     }
 
-    func testA404FailsWithOneLinePerCaller() throws {
-        let server = try FixtureHTTPServer(routes: [:])  // every path answers 404
-        defer { server.stop() }
-
-        let run = try runDemo(["--base-url", server.baseURL.absoluteString, "--latency", "0"])
-
-        XCTAssertEqual(run.status, 1)
-        XCTAssertEqual(run.failureLines.count, questionCallers, run.standardError)
-        for line in run.failureLines {
-            XCTAssertTrue(line.contains(server.baseURL.absoluteString + "/2.3/questions?page="), String(line))
-            XCTAssertTrue(line.hasSuffix("the server answered HTTP 404"), String(line))
-        }
-        XCTAssertTrue(run.standardOutput.contains("callers served      3"), run.standardOutput)
-    }
-
-    func testJSONOfTheWrongShapeNamesWhatWasWrong() throws {
-        let server = try FixtureHTTPServer(routes: [Fixtures.questionsPath: .json(#"{"has_more":false}"#)])
-        defer { server.stop() }
-
-        let run = try runDemo(["--base-url", server.baseURL.absoluteString, "--latency", "0"])
-
-        XCTAssertEqual(run.status, 1)
-        XCTAssertEqual(run.failureLines.count, questionCallers, run.standardError)
-        for line in run.failureLines {
-            XCTAssertTrue(line.hasSuffix("the JSON is not in the expected shape: the top level has no key 'items'"))
-        }
-    }
-
-    func testFastResponsesAreCalledOut() throws {
-        let server = try FixtureHTTPServer(routes: [Fixtures.questionsPath: .json(Fixtures.questionsPage)])
-        defer { server.stop() }
-
-        let run = try runDemo(["--base-url", server.baseURL.absoluteString, "--latency", "0"])
+    func testFastResponsesAreCalledOutWithTheRemedy() throws {
+        let run = try runDemo(["--latency", "5"])
 
         XCTAssertEqual(run.status, 0, run.standardError)
         XCTAssertTrue(run.standardError.contains("warning: requests were answered in"), run.standardError)
+        XCTAssertTrue(run.standardError.contains("a --latency above 40 ms"), run.standardError)
+        XCTAssertFalse(run.standardError.contains("embedded server's --latency"), run.standardError)
+    }
+
+    func testHelpDocumentsWhatBaseURLAsksAndExpects() throws {
+        let run = try runDemo(["--help"])
+
+        XCTAssertEqual(run.status, 0)
+        XCTAssertTrue(run.standardOutput.contains("GET URL/2.3/questions?page=N"), run.standardOutput)
+        XCTAssertTrue(run.standardOutput.contains(#""has_more": true"#), run.standardOutput)
+    }
+
+    func testA404FailsWithOneLinePerQuestionCaller() async throws {
+        let summary = try await launch(questions: .status(404))
+
+        XCTAssertEqual(summary.failures.count, questionCallers, "\(summary.failures)")
+        for line in summary.failures {
+            XCTAssertTrue(line.contains("/2.3/questions?page="), line)
+            XCTAssertTrue(line.hasSuffix("the server answered HTTP 404"), line)
+        }
+        XCTAssertEqual(summary.served, 3, "the user callers are served")
+    }
+
+    func testJSONOfTheWrongShapeNamesWhatWasWrong() async throws {
+        let summary = try await launch(questions: .json(#"{"has_more":false}"#))
+
+        XCTAssertEqual(summary.failures.count, questionCallers, "\(summary.failures)")
+        for line in summary.failures {
+            XCTAssertTrue(
+                line.hasSuffix("the JSON is not in the expected shape: the top level has no key 'items'"), line)
+        }
+    }
+
+    /// The launch, in-process and quiet, against the embedded server answering `questions` to
+    /// every question request.
+    private func launch(questions: StubResponse) async throws -> LaunchSummary {
+        let options = try DemoOptions(arguments: ["--latency", "0"])
+        return await LaunchScript(
+            options: options, coalescing: true, quiet: true, routes: [Fixtures.questionsPath: questions]
+        ).run()
     }
 }
 

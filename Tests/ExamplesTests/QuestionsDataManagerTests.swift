@@ -1,6 +1,6 @@
 import Examples
-import FixtureHTTPServer
 import Foundation
+import HTTPStub
 import TestSupport
 import XCTest
 
@@ -11,45 +11,45 @@ import XCTest
 import FoundationNetworking
 #endif
 
-/// The networking example against a real HTTP server on 127.0.0.1, counting what reaches it:
+/// The networking example against an HTTPStub, which counts every request the session sends:
 /// Guarantees 1 (identical requests reach the server once), 2 and 3 (each caller hears once, on
 /// its queue), 5 (withdrawing; the last caller out cancels the data task), 7 (a request after the
 /// finish is sent again) and 11 (async callers) (see the
 /// Guarantees article), through a real `URLSession`.
 final class QuestionsDataManagerTests: XCTestCase {
-    private typealias Fixtures = FixtureHTTPServer.Fixtures
+    private typealias Fixtures = HTTPStub.Fixtures
 
-    private var server: FixtureHTTPServer!
+    private var stub: HTTPStub!
     private var session: URLSession!
     private var questions: QuestionsDataManager!
     private var queueManager: OperationQueueManager!
     private let callbacks = OperationQueue()
 
     override func setUpWithError() throws {
-        server = try FixtureHTTPServer(routes: [Fixtures.questionsPath: .json(Fixtures.questionsPage)])
-        session = makeSession()
+        stub = HTTPStub(routes: [Fixtures.questionsPath: .json(Fixtures.questionsPage)])
+        session = makeSession(reaching: stub)
         queueManager = OperationQueueManager()
-        questions = QuestionsDataManager(queueManager: queueManager, session: session, baseURL: server.baseURL)
+        questions = QuestionsDataManager(queueManager: queueManager, session: session, baseURL: stub.baseURL)
     }
 
     override func tearDown() {
         session.invalidateAndCancel()
-        server.stop()
+        stub.stop()
     }
 
     func testFiveConcurrentFetchesSendOneRequest() {
         let results = ResultRecorder<QuestionPage>()
-        server.holdResponses()
+        stub.holdResponses()
 
         let admissions = (0..<5).map { _ in
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append).admission
         }
-        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
-        server.releaseResponses()
+        XCTAssertTrue(stub.waitForRequests(1, timeout: .seconds(10)))
+        stub.releaseResponses()
 
         XCTAssertTrue(results.waitForCalls(5))
         XCTAssertEqual(admissions, [.startedWork] + Array(repeating: .joinedWork, count: 4))
-        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 1)
+        XCTAssertEqual(stub.requestCount(path: Fixtures.questionsPath), 1)
         XCTAssertEqual(results.values.count, 5)
         XCTAssertEqual(results.values.first?.items.count, Fixtures.questionsPageItemCount)
         XCTAssertEqual(results.values.first?.hasMore, true)
@@ -65,25 +65,25 @@ final class QuestionsDataManagerTests: XCTestCase {
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
         XCTAssertTrue(results.waitForCalls(1))
 
-        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 2)
+        XCTAssertEqual(stub.requestCount(path: Fixtures.questionsPath), 2)
         XCTAssertEqual(results.values.count, 2)
     }
 
     func testDifferentPagesAreDifferentRequests() {
         let results = ResultRecorder<QuestionPage>()
-        server.holdResponses()
+        stub.holdResponses()
 
         questions.fetchQuestions(page: 1, callBackQueue: callbacks, completionHandler: results.append)
         questions.fetchQuestions(page: 2, callBackQueue: callbacks, completionHandler: results.append)
-        XCTAssertTrue(server.waitForRequests(2, timeout: .seconds(10)))
-        server.releaseResponses()
+        XCTAssertTrue(stub.waitForRequests(2, timeout: .seconds(10)))
+        stub.releaseResponses()
 
         XCTAssertTrue(results.waitForCalls(2))
-        XCTAssertEqual(Set(server.receivedRequests.compactMap(\.query)).count, 2)
+        XCTAssertEqual(Set(stub.receivedRequests.compactMap(\.query)).count, 2)
     }
 
     func testErrorResponsesBecomeNetworkingErrors() {
-        let cases: [(FixtureResponse, NetworkingError)] = [
+        let cases: [(StubResponse, NetworkingError)] = [
             (.status(404), .invalidStatusCode(404)),
             (.status(500), .invalidStatusCode(500)),
             (.emptyBody, .missingData),
@@ -91,7 +91,7 @@ final class QuestionsDataManagerTests: XCTestCase {
             (.json(#"{"has_more":false}"#), .unexpectedJSON("the top level has no key 'items'")),
         ]
         for (response, expected) in cases {
-            server.setRoute(Fixtures.questionsPath, response)
+            stub.setRoute(Fixtures.questionsPath, response)
             let results = ResultRecorder<QuestionPage>()
 
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
@@ -102,7 +102,7 @@ final class QuestionsDataManagerTests: XCTestCase {
     }
 
     func testAValueOfTheWrongTypeIsNamedByItsPath() {
-        server.setRoute(Fixtures.questionsPath, .json(#"{"items":[{"question_id":"one"}],"has_more":false}"#))
+        stub.setRoute(Fixtures.questionsPath, .json(#"{"items":[{"question_id":"one"}],"has_more":false}"#))
         let results = ResultRecorder<QuestionPage>()
 
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
@@ -116,7 +116,7 @@ final class QuestionsDataManagerTests: XCTestCase {
 
     func testAnUnreachableServerFailsWithTheTransportError() {
         let results = ResultRecorder<QuestionPage>()
-        server.stop()
+        stub.stop()
 
         questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
 
@@ -126,54 +126,54 @@ final class QuestionsDataManagerTests: XCTestCase {
 
     func testWhenEveryCallerWithdrawsTheDataTaskIsCancelled() {
         let results = ResultRecorder<QuestionPage>()
-        server.holdResponses()
+        stub.holdResponses()
         let handles = (0..<3).map { _ in
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
         }
-        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+        XCTAssertTrue(stub.waitForRequests(1, timeout: .seconds(10)))
 
         handles.forEach { $0.cancel() }
 
         XCTAssertTrue(results.waitForCalls(3))
         XCTAssertEqual(
             results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled, .cancelled, .cancelled])
-        XCTAssertTrue(server.waitForAbandonedRequests(1, timeout: .seconds(10)), "the client hung up")
+        XCTAssertTrue(stub.waitForAbandonedRequests(1, timeout: .seconds(10)), "the client hung up")
     }
 
     func testOneCallerWithdrawingLeavesTheRequestForTheOthers() {
         let results = ResultRecorder<QuestionPage>()
-        server.holdResponses()
+        stub.holdResponses()
         let handles = (0..<3).map { _ in
             questions.fetchQuestions(callBackQueue: callbacks, completionHandler: results.append)
         }
-        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
+        XCTAssertTrue(stub.waitForRequests(1, timeout: .seconds(10)))
 
         handles[0].cancel()
         XCTAssertTrue(results.waitForCalls(1))
-        server.releaseResponses()
+        stub.releaseResponses()
 
         XCTAssertTrue(results.waitForCalls(2))
         XCTAssertEqual(results.values.count, 2)
         XCTAssertEqual(results.errors.compactMap { $0 as? ConcurrentOperationError }, [.cancelled])
-        XCTAssertEqual(server.abandonedRequestCount, 0)
+        XCTAssertEqual(stub.abandonedRequestCount, 0)
     }
 
     func testConcurrentAsyncCallersSendOneRequest() async throws {
-        server.holdResponses()
+        stub.holdResponses()
         let questions = self.questions!
         let callers = (0..<5).map { _ in Task { try await questions.questions() } }
-        let arrived = await server.waitForRequests(1, timeout: .seconds(10))
+        let arrived = await stub.waitForRequests(1, timeout: .seconds(10))
         XCTAssertTrue(arrived)
         // Every caller has joined once the manager shows them waiting; the request is held meanwhile.
         await waitForCallers(5)
-        server.releaseResponses()
+        stub.releaseResponses()
 
         var pages: [QuestionPage] = []
         for caller in callers {
             pages.append(try await caller.value)
         }
         XCTAssertEqual(pages.count, 5)
-        XCTAssertEqual(server.requestCount(path: Fixtures.questionsPath), 1)
+        XCTAssertEqual(stub.requestCount(path: Fixtures.questionsPath), 1)
     }
 
     /// Waits until `count` callers wait for the first page.

@@ -1,6 +1,6 @@
 import Examples
-import FixtureHTTPServer
 import Foundation
+import HTTPStub
 import TestSupport
 import XCTest
 
@@ -88,27 +88,24 @@ final class UserDataManagerTests: XCTestCase {
         XCTAssertEqual(loads.current, 1)
     }
 
-    func testOverHTTPThreeConcurrentFetchesSendOneRequest() throws {
-        let server = try FixtureHTTPServer(routes: [
-            FixtureHTTPServer.Fixtures.userPath: .json(FixtureHTTPServer.Fixtures.user)
-        ])
-        defer { server.stop() }
-        let session = makeSession()
+    func testThroughURLSessionThreeConcurrentFetchesSendOneRequest() throws {
+        let stub = HTTPStub(routes: [HTTPStub.Fixtures.userPath: .json(HTTPStub.Fixtures.user)])
+        let session = makeSession(reaching: stub)
         defer { session.invalidateAndCancel() }
         let users = UserDataManager(
             queueManager: OperationQueueManager(),
-            service: .http(url: server.url(for: FixtureHTTPServer.Fixtures.userPath), session: session))
+            service: .http(url: stub.url(for: HTTPStub.Fixtures.userPath), session: session))
         let results = ResultRecorder<User>()
-        server.holdResponses()
+        stub.holdResponses()
 
         for _ in 0..<3 {
             users.fetchUser(callBackQueue: callbacks, completionHandler: results.append)
         }
-        XCTAssertTrue(server.waitForRequests(1, timeout: .seconds(10)))
-        server.releaseResponses()
+        XCTAssertTrue(stub.waitForRequests(1, timeout: .seconds(10)))
+        stub.releaseResponses()
 
         XCTAssertTrue(results.waitForCalls(3))
         XCTAssertEqual(results.values, [ada, ada, ada])
-        XCTAssertEqual(server.requestCount, 1)
+        XCTAssertEqual(stub.requestCount, 1)
     }
 }

@@ -1,14 +1,14 @@
 import Foundation
+import HTTPStub
 
 // Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
-/// A URLSession that caches nothing, so that every request reaches the server.
-func makeSession() -> URLSession {
+/// A URLSession that caches nothing and whose requests reach `stub`, which counts each one.
+func makeSession(reaching stub: HTTPStub) -> URLSession {
     let configuration = URLSessionConfiguration.ephemeral
-    configuration.urlCache = nil
-    configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+    stub.configure(configuration)
     return URLSession(configuration: configuration)
 }

@@ -1,9 +1,9 @@
 import Foundation
 
-extension FixtureHTTPServer {
+extension HTTPStub {
     /// Sample payloads in the shapes the example models decode: a Stack Exchange `questions` page and a user.
     public enum Fixtures {
-        /// The path of the Stack Exchange questions endpoint, for use with ``FixtureHTTPServer/setRoute(_:_:)``.
+        /// The path of the Stack Exchange questions endpoint, for use with ``HTTPStub/setRoute(_:_:)``.
         public static let questionsPath = "/2.3/questions"
 
         /// A path for fetching the user in ``userJSON``.

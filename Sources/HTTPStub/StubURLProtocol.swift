@@ -1,0 +1,143 @@
+import Foundation
+
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The `URLProtocol` that hands a configured session's requests to the ``HTTPStub`` of their host.
+///
+/// The session creates one per request, and calls `startLoading()` then, if it cancels the
+/// request, `stopLoading()`, one after the other on its own queue.
+final class StubURLProtocol: URLProtocol {
+    private var exchange: StubExchange?
+
+    // MARK: The stubs, by host
+
+    private final class Registry: @unchecked Sendable {
+        // @unchecked: `stubs` and `lastHost` are guarded by `lock`.
+        private let lock = NSLock()
+        private var stubs: [String: Weak] = [:]
+        private var lastHost = 0
+
+        private struct Weak {
+            weak var stub: HTTPStub?
+        }
+
+        func reserveHost() -> String {
+            lock.withLock {
+                lastHost += 1
+                return "stub-\(lastHost).invalid"
+            }
+        }
+
+        func register(_ stub: HTTPStub, host: String) {
+            lock.withLock { stubs[host] = Weak(stub: stub) }
+        }
+
+        func stub(host: String) -> HTTPStub? {
+            lock.withLock { stubs[host]?.stub }
+        }
+    }
+
+    private static let registry = Registry()
+
+    /// A host no other stub has, such as `stub-3.invalid`.
+    static func reserveHost() -> String {
+        registry.reserveHost()
+    }
+
+    /// Sends the requests for `host` to `stub`, for as long as the stub exists.
+    static func register(_ stub: HTTPStub, host: String) {
+        registry.register(stub, host: host)
+    }
+
+    // MARK: URLProtocol
+
+    override class func canInit(with request: URLRequest) -> Bool {
+        true  // only configured sessions have this class, and they only talk to stubs
+    }
+
+    override class func canonicalRequest(for request: URLRequest) -> URLRequest {
+        request
+    }
+
+    override func startLoading() {
+        let url = request.url ?? URL(string: "http://unknown.invalid")!
+        let stub = url.host.flatMap(Self.registry.stub(host:))
+        let exchange = StubExchange(loader: self, url: url, stub: stub)
+        self.exchange = exchange
+        guard let stub else {
+            return exchange.fail(URLError(.cannotConnectToHost))
+        }
+        stub.receive(exchange)
+    }
+
+    override func stopLoading() {
+        exchange?.stop()
+    }
+}
+
+/// One request between its session and its stub: answered, failed or stopped once, whichever
+/// comes first.
+final class StubExchange: @unchecked Sendable {
+    // @unchecked: `pendingAnswer` and `isDone` are guarded by `lock`. `loader`, a URLProtocol,
+    // is not Sendable: it is only used to call its client, which URLSession lets any thread call.
+    private let lock = NSLock()
+    private var pendingAnswer: DispatchWorkItem?
+    private var isDone = false
+    private let loader: StubURLProtocol
+    private weak var stub: HTTPStub?
+    /// The request's URL.
+    let url: URL
+
+    init(loader: StubURLProtocol, url: URL, stub: HTTPStub?) {
+        self.loader = loader
+        self.url = url
+        self.stub = stub
+    }
+
+    /// Answers `response` after its delay, unless the session has stopped loading by then.
+    func answer(_ response: StubResponse) {
+        let item = DispatchWorkItem { [self] in
+            guard claim() else { return }
+            let head = HTTPURLResponse(
+                url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: response.headers)!
+            loader.client?.urlProtocol(loader, didReceive: head, cacheStoragePolicy: .notAllowed)
+            if !response.body.isEmpty {
+                loader.client?.urlProtocol(loader, didLoad: response.body)
+            }
+            loader.client?.urlProtocolDidFinishLoading(loader)
+        }
+        lock.withLock { pendingAnswer = item }
+        let (seconds, attoseconds) = response.delay.components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds), execute: item)
+    }
+
+    /// Fails the request with `error`, unless it is already answered or stopped.
+    func fail(_ error: URLError) {
+        guard claim() else { return }
+        loader.client?.urlProtocol(loader, didFailWithError: error)
+    }
+
+    /// The session cancelled the request: the stub counts it as abandoned if it was not answered.
+    func stop() {
+        let wasPending = lock.withLock {
+            pendingAnswer?.cancel()
+            defer { isDone = true }
+            return !isDone
+        }
+        if wasPending {
+            stub?.abandon(self)
+        }
+    }
+
+    /// Whether this call is the one that ends the request.
+    private func claim() -> Bool {
+        lock.withLock {
+            defer { isDone = true }
+            return !isDone
+        }
+    }
+}
