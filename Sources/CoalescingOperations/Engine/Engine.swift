@@ -320,28 +320,13 @@ import Foundation
 
     /// Waits in `slot` for `work`'s result. A task cancelled meanwhile withdraws its caller at
     /// once, and a task escalated since it arrived at `arrivedAt`, or while it waits, raises the
-    /// work's priority.
+    /// work's priority (on runtimes that can tell, Swift 6.2 and later).
+    ///
+    /// Kept flat: each level of async calls takes frame space from the waiting task, and one level
+    /// more made every waiter outgrow its task's first slab, an allocation each.
     @inlinable func wait<Value>(
         for work: Work<Key, Value>, in slot: Int, arrivedAt: TaskPriority? = nil
     ) async throws -> Value {
-        try await withPriorityForwarding(to: work, slot: slot, arrivedAt: arrivedAt) {
-            try await withTaskCancellationHandler {
-                try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
-                    if let result = state.withLock({ _ in work.park(continuation, in: slot) }) {
-                        continuation.resume(with: result)
-                    }
-                }
-            } onCancel: {
-                withdraw(work, slot: slot, reason: .withdrawn)
-            }
-        }
-    }
-
-    /// Runs `body`, raising the priority `slot` asks of `work` whenever the waiting task is
-    /// escalated (on runtimes that can tell, Swift 6.2 and later).
-    @inlinable func withPriorityForwarding<Value, Result>(
-        to work: Work<Key, Value>, slot: Int, arrivedAt: TaskPriority?, _ body: () async throws -> Result
-    ) async throws -> Result {
         #if compiler(>=6.2)
         if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
             return try await withTaskPriorityEscalationHandler {
@@ -349,13 +334,25 @@ import Foundation
                 if let arrivedAt, Task.currentPriority > arrivedAt {
                     reprioritize(work, slot: slot, to: Urgency(Task.currentPriority))
                 }
-                return try await body()
+                return try await park(in: work, slot: slot)
             } onPriorityEscalated: { [self] _, raised in
                 reprioritize(work, slot: slot, to: Urgency(raised))
             }
         }
         #endif
-        return try await body()
+        return try await park(in: work, slot: slot)
+    }
+
+    @inlinable func park<Value>(in work: Work<Key, Value>, slot: Int) async throws -> Value {
+        try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
+                if let result = state.withLock({ _ in work.park(continuation, in: slot) }) {
+                    continuation.resume(with: result)
+                }
+            }
+        } onCancel: {
+            withdraw(work, slot: slot, reason: .withdrawn)
+        }
     }
 
     // MARK: Priority

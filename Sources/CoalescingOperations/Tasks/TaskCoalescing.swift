@@ -9,8 +9,10 @@ extension Engine {
     /// each other.
     ///
     /// Inlinable, like the rest of the join path, so that it is specialized for the caller's `Key`
-    /// and `Value`: unspecialized, every join looked up generic metadata at run time.
-    @inlinable func arrive<Value: Sendable>(
+    /// and `Value`: unspecialized, every join looked up generic metadata at run time. Never inlined:
+    /// inlined into the async caller, its locals joined the caller's async frame, which then
+    /// outgrew the task's first slab and cost every waiter an allocation.
+    @inlinable @inline(never) func arrive<Value: Sendable>(
         key: Key,
         as role: CallerRole,
         priority: TaskPriority?,
