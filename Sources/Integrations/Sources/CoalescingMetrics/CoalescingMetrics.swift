@@ -26,8 +26,8 @@ import CoreMetrics
 /// | `coalescing_work_in_flight` | meter | |
 /// | `coalescing_work_duration` | timer | `outcome` |
 ///
-/// Callers saved by coalescing are `callers_served_total - work_ended_total`, the same sum as
-/// `CoalescingStatistics.callersSaved`.
+/// Runs saved by coalescing are `callers_joined_total`: every caller that joined work in flight
+/// instead of starting its own, the same count as `CoalescingStatistics.callersSaved`.
 public struct CoalescingMetrics: Sendable {
     private let workStarted: Counter
     private let callersJoined: Counter
