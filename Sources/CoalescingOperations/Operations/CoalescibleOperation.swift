@@ -159,45 +159,6 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         return joined != nil
     }
 
-    // MARK: Joining, under the engine's lock
-
-    /// Makes this fresh operation a caller of `work`: it will never run, and finishes when the
-    /// work's result reaches it. Nil if it is not fresh.
-    @inlinable final func ride(
-        on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
-        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority
-    ) -> (slot: Int, raised: Bool)? {
-        let slot = work.callers.entries.count
-        let fresh = lifecycle.withLock { lifecycle -> Caller<Value>?? in
-            guard let own = lifecycle.freshCaller else { return nil }
-            lifecycle = .riding(engine, work, slot: slot, own: own)
-            return .some(own)
-        }
-        guard let own = fresh else { return nil }
-        let joined = registry.join(work, .operation(self, waits: own != nil))
-        return (joined, work.demand(Urgency(priority), from: joined))
-    }
-
-    /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
-    /// wait for it. Nil if it is not fresh.
-    @inlinable final func run(
-        as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
-        priority: OperationPriority, policy: AbandonedWorkPolicy
-    ) -> (work: Work<OperationKey, Value>, slot: Int?)? {
-        let work = Work<OperationKey, Value>(
-            key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
-            timed: registry.events != nil)
-        let own = lifecycle.withLock { lifecycle -> Caller<Value>?? in
-            guard let own = lifecycle.freshCaller else { return nil }
-            lifecycle = .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true)
-            return .some(own)
-        }
-        guard let own else { return nil }
-        registry.start(work)
-        guard let own else { return (work, nil) }
-        return (work, registry.join(work, own))
-    }
-
     /// The work this operation runs or rides on, in the engine that holds it, while in flight.
     @usableFromInline final var work: (Engine<OperationKey>, Work<OperationKey, Value>)? {
         switch lifecycle.withLock({ $0 }) {

@@ -390,6 +390,47 @@ public final class OperationQueueManager: Sendable {
     }
 }
 
+/// The admission's two steps on the operation's side, run under the engine's lock: the operation
+/// becomes a caller of work in flight, or the runner of new work.
+extension CoalescibleOperation {
+    /// Makes this fresh operation a caller of `work`: it will never run, and finishes when the
+    /// work's result reaches it. Nil if it is not fresh.
+    @inlinable final func ride(
+        on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
+        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority
+    ) -> (slot: Int, raised: Bool)? {
+        let slot = work.callers.entries.count
+        let fresh = lifecycle.withLock { lifecycle -> Caller<Value>?? in
+            guard let own = lifecycle.freshCaller else { return nil }
+            lifecycle = .riding(engine, work, slot: slot, own: own)
+            return .some(own)
+        }
+        guard let own = fresh else { return nil }
+        let joined = registry.join(work, .operation(self, waits: own != nil))
+        return (joined, work.demand(Urgency(priority), from: joined))
+    }
+
+    /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
+    /// wait for it. Nil if it is not fresh.
+    @inlinable final func run(
+        as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
+        priority: OperationPriority, policy: AbandonedWorkPolicy
+    ) -> (work: Work<OperationKey, Value>, slot: Int?)? {
+        let work = Work<OperationKey, Value>(
+            key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
+            timed: registry.events != nil)
+        let own = lifecycle.withLock { lifecycle -> Caller<Value>?? in
+            guard let own = lifecycle.freshCaller else { return nil }
+            lifecycle = .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true)
+            return .some(own)
+        }
+        guard let own else { return nil }
+        registry.start(work)
+        guard let own else { return (work, nil) }
+        return (work, registry.join(work, own))
+    }
+}
+
 /// What makes two coalescible operations the same work: their identifier and their `Value` type.
 @usableFromInline struct OperationKey: Hashable, Sendable, CustomStringConvertible {
     @usableFromInline let identifier: String
