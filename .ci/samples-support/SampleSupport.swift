@@ -55,6 +55,29 @@ public struct ThumbnailLoader: Sendable {
     }
 }
 
+/// Fetches a profile through the samples' backend: the operation a view model's samples enqueue.
+public final class ProfileFetchOperation: CoalescibleOperation<Profile>, @unchecked Sendable {
+    // @unchecked: restated as Swift requires of an `Operation` subclass; adds only a `let`.
+    private let api: API
+
+    /// Creates a fetch with no caller of its own.
+    public init(api: API) {
+        self.api = api
+        super.init(identifier: "profile")
+    }
+
+    /// Fetches the profile and finishes with it.
+    public override func main() {
+        Task { [api] in
+            do {
+                finish(result: .success(try await api.fetchProfile(id: "me")))
+            } catch {
+                finish(result: .failure(error))
+            }
+        }
+    }
+}
+
 /// The backend a sample calls.
 public let api = API()
 /// The URL loader a sample calls.

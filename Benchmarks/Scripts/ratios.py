@@ -25,7 +25,7 @@ BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ---------------------------------------------------------------------------------------------
 # What to print: (workload, label, benchmark name, baseline benchmark name or None, note).
 # The divisor (callers, operations or waiters per iteration) is read from the name: the last of
-# N=, K=, M= if present, else 1.
+# N=, K=, M=, U= if present (the last one), else 1.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -70,11 +70,15 @@ def rows():
     out.append(("7 Join controls", "enqueue(identifier:…), neither", plain, None, "baseline"))
     for kind, text in (("ours-inflight-observer", "with an observer"), ("ours-inflight-timeout", "with a timeout")):
         out.append(("7 Join controls", f"InFlightTaskCoalescer {text}", f"TaskJoin/N=10000/{kind}", "TaskJoin/N=10000/ours-inflight", ""))
+    quiet = "Progress/N=100/U=10000/no-progress"
+    out.append(("8 Progress, per update", "100 callers asking, 1 callback queue", "Progress/N=100/U=10000/ours-progress", quiet,
+                "the latest wins per caller"))
+    out.append(("8 Progress, per update", "100 callers, none asking", quiet, None, "baseline: the work records its latest value"))
     return out
 
 
 def divisor(name):
-    found = re.findall(r"[NKM]=(\d+)", name)
+    found = re.findall(r"[NKMU]=(\d+)", name)
     return int(found[-1]) if found else 1
 
 

@@ -12,7 +12,8 @@ enum CallerOutcome: Sendable {
     init(_ result: Result<some Any, Error>) {
         switch result {
         case .success: self = .served
-        case .failure(let error as ConcurrentOperationError) where error == .cancelled: self = .cancelled
+        // The work cancelled for everyone, or the caller withdrawn: either way, not served.
+        case .failure(CoalescingError.cancelled): self = .cancelled
         case .failure(is CancellationError): self = .cancelled
         case .failure(let error): self = .failed(reason: Self.reason(error), serverAnswered: error is NetworkingError)
         }

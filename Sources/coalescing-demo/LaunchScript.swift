@@ -194,7 +194,7 @@ final class LaunchScript: Sendable {
         let prefetcher = coalescing ? sharedPrefetcher : PrefetchableTaskCoalescer(prefetchTimeout: .seconds(30))
         let tally = self.tally
         let result = await Result {
-            try await prefetcher.deduplicated(key: 2) {
+            try await prefetcher.value(key: 2) {
                 tally.startedWork(caller)
                 return try await self.questions().questions(page: 2)
             }

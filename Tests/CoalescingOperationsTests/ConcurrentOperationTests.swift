@@ -14,7 +14,7 @@ final class ConcurrentOperationTests: XCTestCase {
         init(
             callBackQueue: OperationQueue? = nil,
             work: @escaping @Sendable (ClosureOperation) -> Void,
-            completionHandler: ((Result<Int, Error>) -> Void)?
+            completionHandler: (@Sendable (Result<Int, Error>) -> Void)?
         ) {
             self.work = work
             super.init(callBackQueue: callBackQueue, completionHandler: completionHandler)
@@ -88,7 +88,7 @@ final class ConcurrentOperationTests: XCTestCase {
             work: { operation in
                 operation.finish(result: .success(1))
                 operation.finish(result: .success(2))
-                operation.finish(result: .failure(ConcurrentOperationError.cancelled))
+                operation.finish(result: .failure(CoalescingError.cancelled))
             }, completionHandler: recorder.handler("a"))
 
         operation.start()

@@ -46,7 +46,7 @@ final class DeadlockTests: XCTestCase {
         }
     }
 
-    func testWaitUntilFinishedReturnsForQueuedAndAbsorbedOperations() {
+    func testWaitUntilFinishedReturnsForQueuedAndJoinedOperations() {
         for width in [1, OperationQueue.defaultMaxConcurrentOperationCount] {
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = width

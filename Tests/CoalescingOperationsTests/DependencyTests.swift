@@ -130,7 +130,7 @@ final class DependencyTests: XCTestCase {
             _ = try await manager.value(of: cancelled)
             XCTFail("a cancelled operation has no value")
         } catch {
-            XCTAssertEqual(error as? ConcurrentOperationError, .cancelled)
+            XCTAssertEqual(error as? CoalescingError, .cancelled)
         }
         await fulfillment(of: [dependentRan], timeout: 10)
     }
@@ -200,7 +200,7 @@ final class DependencyTests: XCTestCase {
             XCTAssertTrue(recorder.waitForCalls(1))
             switch scenario {
             case .servedJoiner: recorder.assertValue("dependent", 1)
-            case .withdrawnJoiner: recorder.assertCancelled("dependent")
+            case .withdrawnJoiner: recorder.assertWithdrawn("dependent")
             default: recorder.assertTimedOut("dependent")
             }
             host.finish(result: .success(1))

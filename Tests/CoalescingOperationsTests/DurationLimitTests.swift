@@ -68,7 +68,7 @@ final class DurationLimitTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         let release = AsyncGate()
         do {
-            _ = try await coalescer.deduplicated(key: "k", timeout: .zero) {
+            _ = try await coalescer.value(key: "k", timeout: .zero) {
                 await release.waitIgnoringCancellation()
                 return 1
             }
@@ -152,11 +152,11 @@ final class DurationLimitTests: XCTestCase {
         let longest = Duration.seconds(Int64.max)
         do {
             let inFlight = InFlightTaskCoalescer<String, Int>()
-            let value = try await inFlight.deduplicated(key: "k", timeout: longest) { 1 }
+            let value = try await inFlight.value(key: "k", timeout: longest) { 1 }
             XCTAssertEqual(value, 1)
             let prefetchable = PrefetchableTaskCoalescer<String, Int>(prefetchTimeout: longest)
             try await prefetchable.prefetch(key: "k", timeout: longest) { 2 }
-            let prefetched = try await prefetchable.deduplicated(key: "k", timeout: longest) { 3 }
+            let prefetched = try await prefetchable.value(key: "k", timeout: longest) { 3 }
             XCTAssertEqual(prefetched, 2, "the prefetched result, kept for as long as can be")
         } catch {
             XCTFail("\(error)")

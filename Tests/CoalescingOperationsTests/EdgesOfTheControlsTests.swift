@@ -88,7 +88,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
     func testCallersWhoAllLeaveNeverMakeTheSavedCountNegative() async {
         let single = InFlightTaskCoalescer<String, Int>()
         let alone = Task {
-            try await single.deduplicated(key: "k") {
+            try await single.value(key: "k") {
                 try await AsyncGate().wait()
                 return 1
             }
@@ -103,7 +103,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let held = AsyncGate()
         let callers = (0..<50).map { _ in
             Task {
-                try await crowd.deduplicated(key: "k", timeout: .milliseconds(20)) {
+                try await crowd.value(key: "k", timeout: .milliseconds(20)) {
                     try await held.wait()
                     return 1
                 }
@@ -123,25 +123,6 @@ final class EdgesOfTheControlsTests: XCTestCase {
         XCTAssertEqual(statistics.callersArrived, 50)
         XCTAssertEqual(statistics.callersSaved, statistics.callersJoined)
         XCTAssertGreaterThanOrEqual(statistics.callersSaved, 0)
-    }
-
-    func testWorkCoalescedByHandIsCountedByNoManagerSoArrivalsStillEqualDepartures() {
-        let manager = OperationQueueManager()
-        let recorder = ResultRecorder<Int>()
-        let host = TestOperation<Int>(
-            callBackQueue: callbacks, work: { $0.finish(result: .success(1)) },
-            completionHandler: recorder.handler("host"))
-        XCTAssertTrue(
-            host.coalesce(
-                operation: TestOperation<Int>(
-                    callBackQueue: callbacks, work: { _ in }, completionHandler: recorder.handler("rider"))))
-        XCTAssertEqual(manager.enqueue(operation: host).admission, .startedWork)
-        XCTAssertTrue(recorder.waitForCalls(2))
-        manager.queue.waitUntilAllOperationsAreFinished()
-
-        let statistics = manager.statistics
-        XCTAssertEqual(statistics.callersArrived, statistics.callersServed)
-        XCTAssertEqual(statistics.callersArrived, 0)
     }
 
     // MARK: 3. Events of successive work never interleave (Guarantee 22)
@@ -173,7 +154,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
             let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observeTasks)
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<20 {
-                    group.addTask { try await coalescer.deduplicated(key: "k") { 1 } }
+                    group.addTask { try await coalescer.value(key: "k") { 1 } }
                 }
                 for try await value in group {
                     XCTAssertEqual(value, 1)
@@ -274,9 +255,9 @@ final class EdgesOfTheControlsTests: XCTestCase {
         weak var first: Payload?
         weak var second: Payload?
         do {
-            let value = try await inFlight.deduplicated(key: "k", timeout: .seconds(120)) { Payload() }
+            let value = try await inFlight.value(key: "k", timeout: .seconds(120)) { Payload() }
             first = value
-            let other = try await prefetchable.deduplicated(key: "k", timeout: .seconds(120)) { Payload() }
+            let other = try await prefetchable.value(key: "k", timeout: .seconds(120)) { Payload() }
             second = other
         }
         await waitUntil("the results are released") { first == nil && second == nil }
@@ -295,8 +276,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
             }
         }
         await waitUntil("the prefetch runs") { coalescer.callerCount(for: "k") == 1 }
-        let leaving = Task { try await coalescer.deduplicated(key: "k") { runs.increment() } }
-        let staying = Task { try await coalescer.deduplicated(key: "k") { runs.increment() } }
+        let leaving = Task { try await coalescer.value(key: "k") { runs.increment() } }
+        let staying = Task { try await coalescer.value(key: "k") { runs.increment() } }
         await waitUntil("both consumers wait") { coalescer.callerCount(for: "k") == 3 }
         leaving.cancel()
         await XCTAssertThrowsCancellation(try await leaving.value)
@@ -305,7 +286,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let taken = try await staying.value
         try await prefetch.value
         XCTAssertEqual(taken, 1)
-        let third = try await coalescer.deduplicated(key: "k") { runs.increment() }
+        let third = try await coalescer.value(key: "k") { runs.increment() }
         XCTAssertEqual(third, 2, "the consumer that stayed took the value: nothing was stored")
     }
 
@@ -317,7 +298,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
             observer: log.observeTasks, stallThreshold: .milliseconds(20))
         let release = AsyncGate()
         let caller = Task {
-            try await coalescer.deduplicated(key: "k") {
+            try await coalescer.value(key: "k") {
                 try await release.wait()
                 return 1
             }
@@ -335,7 +316,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let seen = LockedBox<TaskPriority?>(nil)
         let release = AsyncGate()
         let waiting = Task(priority: .low) {
-            try await coalescer.deduplicated(key: "k") {
+            try await coalescer.value(key: "k") {
                 try await withTaskPriorityEscalationHandler {
                     try await release.wait()
                 } onPriorityEscalated: { _, raised in

@@ -9,8 +9,7 @@ import XCTest
 final class EngineTests: XCTestCase {
     private typealias TestEngine = Engine<String>
 
-    private let engine = TestEngine(
-        observer: { _ in }, stallThreshold: nil, cancellation: CancellationError(), prefetchTimeout: .seconds(30))
+    private let engine = TestEngine(observer: { _ in }, stallThreshold: nil, prefetchTimeout: .seconds(30))
 
     private func work(_ key: String = "k", policy: AbandonedWorkPolicy = .cancel) -> Work<String, Int> {
         Work(key: key, runner: .task(nil), policy: policy, floor: Urgency(TaskPriority.medium), timed: false)
@@ -31,12 +30,23 @@ final class EngineTests: XCTestCase {
 
     private static var handler: Caller<Int> { .handler({ _ in }, queue: nil) }
 
+    /// Whether a transition left nothing to carry out.
+    private func isEmpty(_ effects: TestEngine.Effects<Int>) -> Bool {
+        effects.stop == nil && effects.withdrawn == nil && effects.served == nil && effects.ended == nil
+            && effects.reprioritize == nil && effects.delivering.isEmpty
+    }
+
+    /// Adds `caller` to `work` and returns its slot.
+    private func join(_ registry: inout TestEngine.Registry, _ work: Work<String, Int>, _ caller: Caller<Int>) -> Int {
+        registry.join(work, caller, asking: nil).slot
+    }
+
     func testTheFirstCallerStartsTheWorkAndEveryLaterOneJoinsIt() {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            XCTAssertEqual(registry.join(work, Self.handler), 0)
-            XCTAssertEqual(registry.join(work, Self.handler), 1)
+            XCTAssertEqual(join(&registry, work, Self.handler), 0)
+            XCTAssertEqual(join(&registry, work, Self.handler), 1)
             XCTAssertTrue(registry.inFlight("k", as: Int.self) === work)
             XCTAssertEqual(registry.statistics.workStarted, 1)
             XCTAssertEqual(registry.statistics.callersArrived, 2)
@@ -45,12 +55,12 @@ final class EngineTests: XCTestCase {
         }
     }
 
-    func testAnAbsorbedOperationWithoutAHandlerIsNoCaller() {
+    func testAJoinedOperationWithoutAHandlerIsNoCaller() {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
             let rider = CoalescibleOperation<Int>(identifier: "k")
-            _ = registry.join(work, .operation(rider, waits: false))
+            _ = join(&registry, work, .operation(rider, waits: false))
             XCTAssertEqual(work.live, 0)
             XCTAssertEqual(registry.statistics.callersArrived, 0)
         }
@@ -60,8 +70,8 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler)
-            _ = registry.join(work, Self.handler)
+            _ = join(&registry, work, Self.handler)
+            _ = join(&registry, work, Self.handler)
             _ = events(&registry)
 
             let effects = registry.withdraw(work, slot: 1, reason: .timedOut)
@@ -69,7 +79,7 @@ final class EngineTests: XCTestCase {
             XCTAssertNil(effects.stop)
             XCTAssertNil(effects.served)
             XCTAssertTrue(work.isInFlight)
-            XCTAssertTrue(registry.withdraw(work, slot: 1, reason: .withdrawn).isEmpty, "a caller leaves once")
+            XCTAssertTrue(isEmpty(registry.withdraw(work, slot: 1, reason: .withdrawn)), "a caller leaves once")
             XCTAssertEqual(registry.statistics.callersTimedOut, 1)
             XCTAssertEqual(events(&registry), ["withdrawn timedOut"])
         }
@@ -79,7 +89,7 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler)
+            _ = join(&registry, work, Self.handler)
             _ = events(&registry)
 
             let effects = registry.withdraw(work, slot: 0, reason: .withdrawn)
@@ -97,7 +107,7 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work(policy: .runToCompletion)
             registry.start(work)
-            _ = registry.join(work, Self.handler)
+            _ = join(&registry, work, Self.handler)
 
             let effects = registry.withdraw(work, slot: 0, reason: .withdrawn)
             XCTAssertNil(effects.stop)
@@ -110,13 +120,13 @@ final class EngineTests: XCTestCase {
         engine.state.withLock { registry in
             let work = work()
             registry.start(work)
-            _ = registry.join(work, Self.handler)
+            _ = join(&registry, work, Self.handler)
 
             let first = registry.end(work, with: .success(1), stopping: false)
             XCTAssertEqual(first.served?.0.entries.count, 1)
             XCTAssertNil(first.stop)
-            XCTAssertTrue(registry.end(work, with: .success(2), stopping: true).isEmpty)
-            XCTAssertTrue(registry.withdraw(work, slot: 0, reason: .withdrawn).isEmpty, "the result is on its way")
+            XCTAssertTrue(isEmpty(registry.end(work, with: .success(2), stopping: true)))
+            XCTAssertTrue(isEmpty(registry.withdraw(work, slot: 0, reason: .withdrawn)), "the result is on its way")
             XCTAssertEqual(registry.statistics.workSucceeded, 1)
             XCTAssertEqual(registry.statistics.callersServed, 1)
         }
@@ -141,15 +151,15 @@ final class EngineTests: XCTestCase {
             let waitedFor = work("a")
             waitedFor.isPrefetch = true
             registry.start(waitedFor)
-            _ = registry.join(waitedFor, .task(nil, consumes: true))
+            _ = join(&registry, waitedFor, .task(nil, consumes: true))
             _ = registry.end(waitedFor, with: .success(1), stopping: false)
             XCTAssertNil(registry.takeStored("a", as: Int.self))
 
             let unclaimed = work("b")
             unclaimed.isPrefetch = true
             registry.start(unclaimed)
-            _ = registry.join(unclaimed, .task(nil, consumes: false))
-            _ = registry.join(unclaimed, .task(nil, consumes: true))
+            _ = join(&registry, unclaimed, .task(nil, consumes: false))
+            _ = join(&registry, unclaimed, .task(nil, consumes: true))
             _ = registry.withdraw(unclaimed, slot: 1, reason: .withdrawn)
             XCTAssertTrue(unclaimed.isInFlight, "the prefetcher still waits")
             _ = registry.end(unclaimed, with: .success(2), stopping: false)
@@ -166,8 +176,8 @@ final class EngineTests: XCTestCase {
             registry.start(work)
             let urgent = OperationPriority(queuePriority: .veryHigh)
             let high = OperationPriority(queuePriority: .high, qualityOfService: .userInitiated)
-            _ = work.demand(Urgency(high), from: registry.join(work, Self.handler))
-            _ = work.demand(Urgency(urgent), from: registry.join(work, Self.handler))
+            _ = registry.join(work, Self.handler, asking: Urgency(high))
+            _ = registry.join(work, Self.handler, asking: Urgency(urgent))
             XCTAssertEqual(
                 work.target, Urgency(OperationPriority(queuePriority: .veryHigh, qualityOfService: .userInitiated)))
 

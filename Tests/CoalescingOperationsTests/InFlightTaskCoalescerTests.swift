@@ -14,7 +14,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         work: @escaping @Sendable () async throws -> Int
     ) async -> [Task<Int, Error>] {
         let callers = (0..<count).map { _ in
-            Task { try await coalescer.deduplicated(key: key, operation: work) }
+            Task { try await coalescer.value(key: key, operation: work) }
         }
         await waitUntil("\(count) callers joined") { coalescer.callerCount(for: key) == count }
         return callers
@@ -43,16 +43,16 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, Int>()
         let runs = Counter()
 
-        let first = try await coalescer.deduplicated(key: "key") { runs.increment() }
-        let second = try await coalescer.deduplicated(key: "key") { runs.increment() }
+        let first = try await coalescer.value(key: "key") { runs.increment() }
+        let second = try await coalescer.value(key: "key") { runs.increment() }
 
         XCTAssertEqual([first, second], [1, 2])
     }
 
     func testDifferentKeysRunSeparately() async throws {
         let coalescer = InFlightTaskCoalescer<String, String>()
-        async let a = coalescer.deduplicated(key: "a") { "a" }
-        async let b = coalescer.deduplicated(key: "b") { "b" }
+        async let a = coalescer.value(key: "a") { "a" }
+        async let b = coalescer.value(key: "b") { "b" }
         let values = try await [a, b]
         XCTAssertEqual(values, ["a", "b"])
     }
@@ -64,7 +64,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let oldWorkEnded = AsyncGate()
         let runs = Counter()
         let old = Task {
-            try await coalescer.deduplicated(key: "key") {
+            try await coalescer.value(key: "key") {
                 runs.increment()
                 await oldGate.waitIgnoringCancellation()  // work that ignores cancellation
                 oldWorkEnded.open()
@@ -75,7 +75,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
 
         let cancelled = coalescer.cancel(key: "key")
         XCTAssertTrue(cancelled)
-        await XCTAssertThrowsCancellation(try await old.value)
+        await XCTAssertThrowsCoalescingError(.cancelled, try await old.value)
         let new = await joinedCallers(1, on: coalescer) {
             runs.increment()
             try await newGate.wait()
@@ -84,7 +84,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         oldGate.open()
         try await oldWorkEnded.wait()
         // The old work's end must not have removed the new work: a third caller joins it.
-        let third = Task { try await coalescer.deduplicated(key: "key") { runs.increment() } }
+        let third = Task { try await coalescer.value(key: "key") { runs.increment() } }
         await waitUntil("the third caller joined") { coalescer.callerCount(for: "key") == 2 }
 
         newGate.open()
@@ -130,7 +130,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         }
 
         try await workSawCancellation.wait()
-        let next = try await coalescer.deduplicated(key: "key") { 2 }
+        let next = try await coalescer.value(key: "key") { 2 }
         XCTAssertEqual(next, 2, "a new caller starts new work")
     }
 
@@ -139,7 +139,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let runs = Counter()
         let caller = Task {
             withUnsafeCurrentTask { $0?.cancel() }
-            return try await coalescer.deduplicated(key: "key") { runs.increment() }
+            return try await coalescer.value(key: "key") { runs.increment() }
         }
 
         await XCTAssertThrowsCancellation(try await caller.value)
@@ -163,7 +163,7 @@ final class InFlightTaskCoalescerTests: XCTestCase {
                 XCTAssertEqual(error as? WorkFailed, WorkFailed())
             }
         }
-        let retry = try await coalescer.deduplicated(key: "key") { 5 }
+        let retry = try await coalescer.value(key: "key") { 5 }
         XCTAssertEqual(retry, 5)
     }
 
@@ -200,10 +200,10 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         coalescer.cancelAll()
 
         for caller in callers {
-            await XCTAssertThrowsCancellation(try await caller.value)
+            await XCTAssertThrowsCoalescingError(.cancelled, try await caller.value)
         }
         gate.open()
-        let fresh = try await coalescer.deduplicated(key: "a") { 9 }
+        let fresh = try await coalescer.value(key: "a") { 9 }
         XCTAssertEqual(fresh, 9)
     }
 
@@ -217,14 +217,14 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, TaskPriority>()
         let gate = AsyncGate()
         let low = Task(priority: .low) {
-            try await coalescer.deduplicated(key: "key") {
+            try await coalescer.value(key: "key") {
                 try await gate.wait()
                 return Task.currentPriority
             }
         }
         await waitUntil("the first caller joined") { coalescer.callerCount(for: "key") == 1 }
         let high = Task(priority: .high) {
-            try await coalescer.deduplicated(key: "key") { .low }
+            try await coalescer.value(key: "key") { .low }
         }
         await waitUntil("the urgent caller joined") { coalescer.callerCount(for: "key") == 2 }
 

@@ -5,7 +5,8 @@ import XCTest
 
 /// Guarantee 10 (see the Guarantees article): bad use gets a documented outcome, never a crash or a hang.
 /// (`finish(result:)` twice, `cancel()` after finishing and `start()` twice are in
-/// `ConcurrentOperationTests`.)
+/// `ConcurrentOperationTests`; the deprecated `enqueue(_:)` and `coalesce(operation:)` are in
+/// `DeprecatedSpellingsTests`.)
 final class MisuseTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
@@ -27,7 +28,6 @@ final class MisuseTests: XCTestCase {
 
         let first = manager.enqueue(operation: operation)
         let second = manager.enqueue(operation: operation)
-        manager.enqueue(operation as Operation)
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
 
@@ -58,16 +58,16 @@ final class MisuseTests: XCTestCase {
         recorder.assertValue("a", 1)
     }
 
-    func testEnqueueingAnAbsorbedOperationAgainIsIgnored() {
+    func testEnqueueingAJoinedOperationAgainIsIgnored() {
         let queue = Queues.concurrent("work", suspended: true)
         let manager = OperationQueueManager(queue: queue)
         let recorder = ResultRecorder<Int>()
         manager.enqueue(operation: operation(recorder: recorder, caller: "a"))
-        let absorbed = operation(recorder: recorder, caller: "b")
-        XCTAssertEqual(manager.enqueue(operation: absorbed).admission, .joinedWork)
+        let joined = operation(recorder: recorder, caller: "b")
+        XCTAssertEqual(manager.enqueue(operation: joined).admission, .joinedWork)
 
-        XCTAssertEqual(manager.enqueue(operation: absorbed).admission, .ignored)
-        XCTAssertEqual(OperationQueueManager().enqueue(operation: absorbed).admission, .ignored)
+        XCTAssertEqual(manager.enqueue(operation: joined).admission, .ignored)
+        XCTAssertEqual(OperationQueueManager().enqueue(operation: joined).admission, .ignored)
         queue.isSuspended = false
 
         XCTAssertTrue(recorder.waitForCalls(2))
@@ -99,7 +99,6 @@ final class MisuseTests: XCTestCase {
         operation.waitUntilFinished()
 
         XCTAssertEqual(manager.enqueue(operation: operation).admission, .ignored)
-        manager.enqueue(operation as Operation)
         manager.queue.waitUntilAllOperationsAreFinished()
 
         XCTAssertTrue(recorder.waitForCalls(1))
@@ -107,75 +106,25 @@ final class MisuseTests: XCTestCase {
         recorder.assertValue("a", 1)
     }
 
-    func testEnqueueingFinishedOrExecutingPlainOperationsIsIgnored() {
-        let manager = OperationQueueManager()
-        let ran = Counter()
-        let finished = BlockOperation { ran.increment() }
-        finished.start()
-
-        manager.enqueue(finished)
-        manager.queue.waitUntilAllOperationsAreFinished()
-
-        XCTAssertEqual(ran.current, 1)
-    }
-
-    func testAPlainConcurrentOperationEnqueuedTwiceRunsOnce() {
-        final class Work: ConcurrentOperation<Int>, @unchecked Sendable {
-            let starts = Counter()
-            override func main() {
-                starts.increment()
-                finish(result: .success(1))
-            }
-        }
+    func testStartingAJoinedOperationByHandDoesNotRunItsWork() {
         let queue = Queues.concurrent("work", suspended: true)
         let manager = OperationQueueManager(queue: queue)
-        let recorder = ResultRecorder<Int>()
-        let work = Work(completionHandler: recorder.handler("a"))
-
-        manager.enqueue(work)
-        manager.enqueue(work)
-        OperationQueueManager().enqueue(work)
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
-
-        XCTAssertTrue(recorder.waitForCalls(1))
-        XCTAssertEqual(work.starts.current, 1)
-    }
-
-    func testCoalesceRefusesWhatCannotJoin() {
-        let recorder = ResultRecorder<Int>()
-        let host = operation(recorder: recorder, caller: "host")
-        let rider = operation(recorder: recorder, caller: "rider")
-        let other = operation(recorder: recorder, caller: "other")
-
-        XCTAssertFalse(host.coalesce(operation: host), "an operation cannot absorb itself")
-        XCTAssertTrue(host.coalesce(operation: rider))
-        XCTAssertFalse(host.coalesce(operation: rider), "already absorbed")
-        XCTAssertFalse(other.coalesce(operation: host), "an operation that absorbed others cannot be absorbed")
-        XCTAssertFalse(rider.coalesce(operation: other), "an absorbed operation cannot absorb")
-
-        host.start()
-        XCTAssertTrue(recorder.waitForCalls(2))
-        XCTAssertFalse(host.coalesce(operation: other), "finished work takes no more callers")
-        recorder.assertValue("host", 1)
-        recorder.assertValue("rider", 1)
-        XCTAssertEqual(recorder.calls(of: "other").count, 0)
-    }
-
-    func testStartingAnAbsorbedOperationByHandDoesNotRunItsWork() {
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
         let host = operation(starts: starts, recorder: recorder, caller: "host")
-        let rider = operation(starts: starts, recorder: recorder, caller: "rider")
-        XCTAssertTrue(host.coalesce(operation: rider))
+        let joiner = operation(starts: starts, recorder: recorder, caller: "joiner")
+        XCTAssertEqual(manager.enqueue(operation: host).admission, .startedWork)
+        XCTAssertEqual(manager.enqueue(operation: joiner).admission, .joinedWork)
 
-        rider.start()
+        joiner.start()
         XCTAssertEqual(starts.current, 0)
-        host.start()
+        queue.isSuspended = false
 
         XCTAssertTrue(recorder.waitForCalls(2))
         XCTAssertEqual(starts.current, 1)
-        XCTAssertTrue(rider.isFinished)
+        recorder.assertValue("host", 1)
+        recorder.assertValue("joiner", 1)
+        XCTAssertTrue(joiner.isFinished)
     }
 
     func testAFactoryReturningAFinishedOperationCallsTheCallerBackWithCancelled() {
@@ -192,6 +141,6 @@ final class MisuseTests: XCTestCase {
         XCTAssertTrue(recorder.waitForCalls(1))
         XCTAssertEqual(handle.admission, .ignored)
         recorder.assertCancelled("late")
-        handle.cancel()
+        handle.withdraw()
     }
 }

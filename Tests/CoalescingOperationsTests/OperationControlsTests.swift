@@ -246,7 +246,7 @@ final class OperationControlsTests: XCTestCase {
 
         init(
             release: Gate, ran: Counter, callBackQueue: OperationQueue,
-            completionHandler: @escaping (Result<Int, Error>) -> Void
+            completionHandler: @escaping @Sendable (Result<Int, Error>) -> Void
         ) {
             self.release = release
             self.ran = ran
@@ -272,9 +272,9 @@ final class OperationControlsTests: XCTestCase {
         let first = manager.enqueue(
             operation: Upload(
                 release: release, ran: ran, callBackQueue: callbacks, completionHandler: recorder.handler("gone")))
-        first.cancel()
+        first.withdraw()
         XCTAssertTrue(recorder.waitForCalls(1))
-        recorder.assertCancelled("gone")
+        recorder.assertWithdrawn("gone")
 
         let later = manager.enqueue(
             operation: Upload(
@@ -308,7 +308,7 @@ final class OperationControlsTests: XCTestCase {
                         completionHandler: recorder.handler("\(trial)"))
                 let handle = manager.enqueue(operation: operation)
                 DispatchQueue.concurrentPerform(iterations: 2) { side in
-                    if side == 0 { release.open() } else { handle.cancel() }
+                    if side == 0 { release.open() } else { handle.withdraw() }
                 }
             }
             XCTAssertTrue(recorder.waitForCalls(300), "\(policy)")
@@ -360,7 +360,7 @@ final class OperationControlsTests: XCTestCase {
             identifier: "work", callBackQueue: callbacks, priority: OperationPriority(queuePriority: .veryHigh),
             makeOperation: { TestOperation<Int>(work: { _ in }) }, completionHandler: { _ in })
         XCTAssertEqual(host.queuePriority, .veryHigh)
-        urgent.cancel()
+        urgent.withdraw()
         XCTAssertEqual(host.queuePriority, .normal, "the work falls back once its urgent caller left")
         manager.queue.isSuspended = false
         manager.queue.waitUntilAllOperationsAreFinished()
@@ -394,7 +394,7 @@ final class OperationControlsTests: XCTestCase {
                 identifier: "\(trial)", callBackQueue: callbacks, priority: OperationPriority(queuePriority: .veryHigh),
                 makeOperation: { TestOperation(work: { $0.finish(result: .success(trial)) }) },
                 completionHandler: recorder.handler("urgent \(trial)"))
-            urgent.cancel()
+            urgent.withdraw()
         }
         XCTAssertTrue(recorder.waitForCalls(600))
         queue.waitUntilAllOperationsAreFinished()

@@ -51,7 +51,7 @@ final class OperationObservationTests: XCTestCase {
             identifier: "work", callBackQueue: callbacks, makeOperation: { TestOperation<Int>(work: work) },
             completionHandler: recorder.handler("c"))
         XCTAssertEqual(manager.statistics.workInFlight, 1)
-        leaving.cancel()
+        leaving.withdraw()
         release.open()
         XCTAssertTrue(recorder.waitForCalls(3))
 
@@ -88,7 +88,7 @@ final class OperationObservationTests: XCTestCase {
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
         manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("c"))
-        ).cancel()
+        ).withdraw()
         release.open()
         XCTAssertTrue(recorder.waitForCalls(3))
         manager.queue.waitUntilAllOperationsAreFinished()

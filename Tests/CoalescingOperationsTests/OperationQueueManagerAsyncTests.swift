@@ -5,7 +5,8 @@ import XCTest
 @testable import CoalescingOperations
 
 /// Guarantee 11 (see the Guarantees article): the async/await entry to the manager coalesces the same
-/// way, and a cancelled task withdraws its caller.
+/// way; a cancelled task withdraws its caller, which hears `CancellationError`, and work cancelled
+/// for everyone throws `CoalescingError.cancelled`.
 final class OperationQueueManagerAsyncTests: XCTestCase {
     func testAsyncCallersAndHandlerCallersShareOneRun() async throws {
         let manager = OperationQueueManager()
@@ -78,7 +79,7 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
         gate.open()
     }
 
-    func testCancellingTheWorkThrowsTheOperationsCancelledError() async throws {
+    func testCancellingTheWorkThrowsCoalescingErrorCancelledToTheAwaitingCaller() async throws {
         let manager = OperationQueueManager()
         let gate = Gate()
         let started = Gate()
@@ -89,12 +90,7 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
 
         manager.cancel(identifier: "work")
 
-        do {
-            _ = try await caller.value
-            XCTFail("expected the work to be cancelled")
-        } catch {
-            XCTAssertEqual(error as? ConcurrentOperationError, .cancelled)
-        }
+        await XCTAssertThrowsCoalescingError(.cancelled, try await caller.value)
         gate.open()
     }
 

@@ -166,6 +166,55 @@ final class OperationQueueManagerTests: XCTestCase {
         }
     }
 
+    /// Work that finishes on a thread of its own, with the library's default callback queue.
+    private final class FinishingOnItsOwnThread: CoalescibleOperation<Int>, @unchecked Sendable {
+        // @unchecked: adds only an immutable, thread-safe box.
+        let finishingThread: LockedBox<Thread?>
+
+        init(finishingThread: LockedBox<Thread?>, completionHandler: (@Sendable (Result<Int, Error>) -> Void)? = nil) {
+            self.finishingThread = finishingThread
+            super.init(identifier: "work", completionHandler: completionHandler)
+        }
+
+        override func main() {
+            Thread.detachNewThread { [self] in
+                finishingThread.value = .current
+                finish(result: .success(1))
+            }
+        }
+    }
+
+    func testWithoutACallBackQueueEveryEntryPointRunsTheHandlerOnTheThreadThatSettlesTheWork() {
+        // nil is the default of every entry point: the handler runs where the work ends, no hop.
+        let queue = Queues.concurrent("work", suspended: true)
+        let manager = OperationQueueManager(queue: queue)
+        let recorder = ResultRecorder<Int>()
+        let finishingThread = LockedBox<Thread?>(nil)
+        let host = FinishingOnItsOwnThread(
+            finishingThread: finishingThread, completionHandler: recorder.handler("operation's own"))
+        let joiner = FinishingOnItsOwnThread(
+            finishingThread: finishingThread, completionHandler: recorder.handler("joining operation"))
+
+        XCTAssertEqual(manager.enqueue(operation: host).admission, .startedWork)
+        XCTAssertEqual(manager.enqueue(operation: joiner).admission, .joinedWork)
+        let handlerOnly = manager.enqueue(
+            identifier: "work", makeOperation: { FinishingOnItsOwnThread(finishingThread: finishingThread) },
+            completionHandler: recorder.handler("handler"))
+        XCTAssertEqual(handlerOnly.admission, .joinedWork)
+        queue.isSuspended = false
+
+        XCTAssertTrue(recorder.waitForCalls(3))
+        XCTAssertNil(host.callBackQueue)
+        XCTAssertNil(ConcurrentOperation<Int>().callBackQueue)
+        let thread = finishingThread.value
+        XCTAssertNotNil(thread)
+        for caller in ["operation's own", "joining operation", "handler"] {
+            recorder.assertValue(caller, 1)
+            XCTAssertTrue(recorder.calls(of: caller).first?.thread === thread, "\(caller) was called back elsewhere")
+            XCTAssertNil(recorder.calls(of: caller).first?.queue, "\(caller) was called back on a queue")
+        }
+    }
+
     // MARK: 4. Type safety
 
     func testOperationsWithEqualIdentifiersButDifferentValueTypesNeverCoalesce() {
@@ -273,7 +322,7 @@ final class OperationQueueManagerTests: XCTestCase {
         }
         let plainRan = Counter()
         let plain = BlockOperation { plainRan.increment() }
-        manager.enqueue(plain)
+        manager.queue.addOperation(plain)
 
         manager.cancelAll()
         queue.isSuspended = false
@@ -284,7 +333,7 @@ final class OperationQueueManagerTests: XCTestCase {
         XCTAssertTrue(
             recorder.all.allSatisfy {
                 if case .failure(let error) = $0.result {
-                    error as? ConcurrentOperationError == .cancelled
+                    error as? CoalescingError == .cancelled
                 } else {
                     false
                 }

@@ -23,7 +23,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let runs = self.runs
         let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
         await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
-        let consumer = Task { try await coalescer.deduplicated(key: "feed", operation: counting(runs)) }
+        let consumer = Task { try await coalescer.value(key: "feed", operation: counting(runs)) }
         await waitUntil("the consumer joined") { coalescer.callerCount(for: "feed") == 2 }
         return (prefetch, consumer)
     }
@@ -42,7 +42,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(runs.current, 1)
         let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0, "the joining consumer took the prefetch")
-        let next = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let next = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(next, 2, "the next consumer starts new work")
     }
 
@@ -51,7 +51,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(consumed, 1)
         XCTAssertEqual(runs.current, 1)
@@ -64,9 +64,9 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
-        let first = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
-        let second = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
-        let third = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let first = try await coalescer.value(key: "feed", operation: counting(runs))
+        let second = try await coalescer.value(key: "feed", operation: counting(runs))
+        let third = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual([first, second, third], [1, 2, 3], "the second consumer's own result is not stored")
     }
@@ -76,13 +76,13 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer()
         let gate = AsyncGate()
         let callers = (0..<2).map { _ in
-            Task { try await coalescer.deduplicated(key: "feed", operation: gated(gate, runs)) }
+            Task { try await coalescer.value(key: "feed", operation: gated(gate, runs)) }
         }
         await waitUntil("both callers joined") { coalescer.callerCount(for: "feed") == 2 }
 
         gate.open()
         let values = try await [callers[0].value, callers[1].value]
-        let third = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let third = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(values, [1, 1])
         XCTAssertEqual(third, 2)
@@ -94,7 +94,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
         clock.value = clock.value.advanced(by: .seconds(30))
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(consumed, 2, "new work, not the expired result")
     }
@@ -105,7 +105,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
         clock.value = clock.value.advanced(by: .seconds(29))
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(consumed, 1)
     }
@@ -116,7 +116,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         try await coalescer.prefetch(key: "old", operation: counting(runs))
         clock.value = clock.value.advanced(by: .seconds(11))
 
-        _ = try await coalescer.deduplicated(key: "other", operation: counting(runs))
+        _ = try await coalescer.value(key: "other", operation: counting(runs))
 
         let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0)
@@ -129,7 +129,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(runs.current, 1)
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 1)
     }
 
@@ -148,8 +148,8 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         }
 
         XCTAssertEqual(runs.current, 1)
-        let first = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
-        let second = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let first = try await coalescer.value(key: "feed", operation: counting(runs))
+        let second = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual([first, second], [1, 2])
     }
 
@@ -168,10 +168,10 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
 
         coalescer.cancel(key: "feed")
-        await XCTAssertThrowsCancellation(try await prefetch.value)
+        await XCTAssertThrowsCoalescingError(.cancelled, try await prefetch.value)
         gate.open()
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 2, "the cancelled prefetch's result was not stored")
     }
 
@@ -182,7 +182,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
 
         coalescer.cancel(key: "feed")
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 2)
     }
 
@@ -191,12 +191,12 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer()
         try await coalescer.prefetch(key: "a", operation: counting(runs))
         let gate = AsyncGate()
-        let running = Task { try await coalescer.deduplicated(key: "b", operation: gated(gate, runs)) }
+        let running = Task { try await coalescer.value(key: "b", operation: gated(gate, runs)) }
         await waitUntil("the work started") { coalescer.callerCount(for: "b") == 1 }
 
         coalescer.cancelAll()
 
-        await XCTAssertThrowsCancellation(try await running.value)
+        await XCTAssertThrowsCoalescingError(.cancelled, try await running.value)
         let stored = coalescer.storedCount
         XCTAssertEqual(stored, 0)
     }
@@ -213,7 +213,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
             XCTAssertTrue(error is Failure)
         }
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 1)
     }
 
@@ -231,7 +231,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         work.open()
         await waitUntil("the work ended") { coalescer.callerCount(for: "feed") == 0 }
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         try await prefetch.value
 
         XCTAssertEqual(consumed, 1, "the consumer took the prefetch's value")
@@ -254,7 +254,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         gate.open()
         try await prefetch.value
 
-        let next = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let next = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(next, 1, "the next consumer took the prefetched value")
         XCTAssertEqual(runs.current, 1)
     }
@@ -276,7 +276,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         gate.open()
         try await second.value
 
-        let consumed = try await coalescer.deduplicated(key: "feed", operation: counting(runs))
+        let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
         XCTAssertEqual(consumed, 1, "the value was stored for the consumer")
         XCTAssertEqual(runs.current, 1)
     }
@@ -393,7 +393,7 @@ private struct StressPlan {
             case .openGate: gate.open()
             case .launchConsumer:
                 consumer = launch("consumer") {
-                    try await coalescer.deduplicated(key: key, operation: gated(gate, runs))
+                    try await coalescer.value(key: key, operation: gated(gate, runs))
                 }
                 if consumerCancelled { consumer?.cancel() }
             case .cancelConsumer:
@@ -417,11 +417,29 @@ private struct StressPlan {
         if seen.count != prefetchers + 1 {
             problems.append("\(key): \(seen.count) of \(prefetchers + 1) calls ended")
         }
-        for case .failure(let error) in seen.values.joined() where !(error is CancellationError) {
-            problems.append("\(key): unexpected error \(error)")
+        // Guarantee 11: `CancellationError` for a caller whose own task was cancelled,
+        // `CoalescingError.cancelled` for the callers of the key's work once it was cancelled.
+        let withdrawing: Set<String> = Set(
+            actions.compactMap { action in
+                switch action {
+                case .cancelConsumer: "consumer"
+                case .cancelFirstPrefetcher: "prefetcher 0"
+                case .cancelSecondPrefetcher: "prefetcher 1"
+                default: nil
+                }
+            })
+        for (caller, results) in seen {
+            for case .failure(let error) in results {
+                let heard =
+                    (error is CancellationError && withdrawing.contains(caller))
+                    || (error as? CoalescingError == .cancelled && actions.contains(.cancelKey))
+                if !heard {
+                    problems.append("\(key): \(caller) threw unexpected \(error)")
+                }
+            }
         }
         let first = try? seen["consumer"]?.first?.get()
-        guard let second = try? await coalescer.deduplicated(key: key, operation: counting(runs)) else {
+        guard let second = try? await coalescer.value(key: key, operation: counting(runs)) else {
             return problems + ["\(key): the second consumer failed"]
         }
         if second == first {
@@ -433,7 +451,7 @@ private struct StressPlan {
             return problems + ["\(key): the closing prefetch failed"]
         }
         let runsBefore = runs.current
-        let third = try? await coalescer.deduplicated(key: key, operation: counting(runs))
+        let third = try? await coalescer.value(key: key, operation: counting(runs))
         if runs.current != runsBefore || third == nil || third == first || third == second {
             problems.append(
                 "\(key): the closing consumer got \(String(describing: third)) after \(String(describing: first)), \(second)"

@@ -13,7 +13,7 @@ final class ScaleTests: XCTestCase {
         let served = Counter()
         let allServed = Gate()
         let callers = 1_000_000
-        let handler: (Result<Int, Error>) -> Void = { result in
+        let handler: @Sendable (Result<Int, Error>) -> Void = { result in
             if (try? result.get()) == 5, served.increment() == callers {
                 allServed.open()
             }
@@ -38,7 +38,7 @@ final class ScaleTests: XCTestCase {
         let served = Counter()
         let allServed = Gate()
         let callers = 100_000
-        let handler: (Result<Int, Error>) -> Void = { _ in
+        let handler: @Sendable (Result<Int, Error>) -> Void = { _ in
             if served.increment() == callers {
                 allServed.open()
             }

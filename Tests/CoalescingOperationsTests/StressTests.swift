@@ -3,17 +3,20 @@ import Foundation
 import TestSupport
 import XCTest
 
-/// Guarantees 2, 16-19 and 21-22 (see the Guarantees article) under load: random interleavings of
+/// Guarantees 2, 16-19, 21-22 and 24-27 (see the Guarantees article) under load: random interleavings of
 /// enqueue, join, finish, withdrawal and cancellation from several threads lose no callback and
 /// double none. The mix includes the manager's own queue as a callback queue, `cancelAll()` and the
 /// queue's `cancelAllOperations()`, operations waiting on dependencies (cancelled or not, and
-/// cancelled while they wait), and operations coalesced by hand: each found a bug once (issue 9),
-/// and the mix fails when any of them is put back. Operations waiting on a dependency also join
+/// cancelled while they wait), and (run from `DeprecatedSpellingsTests`, with the deprecated
+/// `coalesce(operation:)`) operations others joined by hand: each found a bug once (issue 9), and
+/// the mix fails when any of them is put back. Operations waiting on a dependency also join
 /// work in flight, are abandoned by their only caller's timeout, or are cancelled before they are
 /// enqueued (and another operation waits on them), and nobody holds them once the library lets go:
 /// their dependencies finish afterwards, which crashed the process once (issue 18). It also forgets
 /// work, gives callers timeouts and priorities, lets some work run to completion when abandoned, and
 /// then checks the statistics and the observer's events against what the callers saw, exactly.
+/// Half the callers ask for progress, which the work reports right before it finishes: no caller
+/// may hear progress after its result.
 final class StressTests: XCTestCase {
     struct WorkFailed: Error {}
 
@@ -25,8 +28,14 @@ final class StressTests: XCTestCase {
         private var expected: Set<Int> = []
         private var isRegistering = true
         private var wrongResults: [String] = []
+        /// Callers that withdrew themselves: the only ones that may hear `CancellationError`.
+        private var withdrawing: Set<Int> = []
         private let everyoneCalled = DispatchSemaphore(value: 0)
         private var total = 0
+        private var progressCalls = 0
+
+        /// Progress calls heard, by every caller.
+        var heardProgress: Int { lock.withLock { progressCalls } }
 
         /// - Parameter callers: How many caller numbers there may be; only those passed to
         ///   `expect(_:)` are owed a callback.
@@ -37,6 +46,12 @@ final class StressTests: XCTestCase {
         /// Records that `caller` exists and is owed exactly one callback.
         func expect(_ caller: Int) {
             lock.withLock { _ = expected.insert(caller) }
+        }
+
+        /// Records that `caller` is about to withdraw itself (its handle, or its joined operation's
+        /// `cancel()`).
+        func withdraws(_ caller: Int) {
+            lock.withLock { _ = withdrawing.insert(caller) }
         }
 
         /// Records a broken rule that is not about one callback.
@@ -53,22 +68,33 @@ final class StressTests: XCTestCase {
             if isDone { everyoneCalled.signal() }
         }
 
-        func record(caller: Int, identifier: Int, result: Result<Int, Error>) {
-            var wrong: String?
-            switch result {
-            case .success(let value) where value != identifier:
-                wrong = "caller \(caller) of identifier \(identifier) got the result of \(value)"
-            case .failure(let error)
-            where !(error is WorkFailed) && error as? ConcurrentOperationError != .cancelled
-                && error as? CoalescingError != .timedOut:
-                wrong = "caller \(caller) got \(error)"
-            default:
-                break
+        /// Records a progress call for `caller`, which must come before its one callback
+        /// (Guarantee 24).
+        func progress(caller: Int) {
+            lock.withLock {
+                progressCalls += 1
+                if counts[caller] > 0 {
+                    wrongResults.append("caller \(caller) heard progress after its result")
+                }
             }
+        }
+
+        func record(caller: Int, identifier: Int, result: Result<Int, Error>) {
             let isLast = lock.withLock {
+                // Guarantee 11: the work's own error, the work cancelled for everyone, this
+                // caller's timeout, or `CancellationError` if it withdrew itself.
+                switch result {
+                case .success(let value) where value != identifier:
+                    wrongResults.append("caller \(caller) of identifier \(identifier) got the result of \(value)")
+                case .failure(let error)
+                where !(error is WorkFailed) && !(error is CoalescingError)
+                    && !(error is CancellationError && withdrawing.contains(caller)):
+                    wrongResults.append("caller \(caller) got \(error)")
+                default:
+                    break
+                }
                 counts[caller] += 1
                 total += 1
-                if let wrong { wrongResults.append(wrong) }
                 return !isRegistering && total == expected.count
             }
             if isLast { everyoneCalled.signal() }
@@ -90,8 +116,19 @@ final class StressTests: XCTestCase {
 
     func testRandomInterleavingsLoseNoCallbackAndDoubleNone() {
         let environment = ProcessInfo.processInfo.environment
+        Self.runMix(
+            callers: environment["COALESCING_STRESS_OPERATIONS"].flatMap(Int.init) ?? 100_000, coalesceByHand: nil)
+    }
+
+    /// Joins `rider` to `host`'s work by hand; true if it joined.
+    typealias HandCoalescing = @Sendable (_ host: TestOperation<Int>, _ rider: TestOperation<Int>) -> Bool
+
+    /// Runs the mix with `callers` callers, seeded from `COALESCING_STRESS_SEED` or at random, and
+    /// checks what every caller heard, the statistics and the events. With `coalesceByHand`, a
+    /// few callers' operations first take another operation along by hand.
+    static func runMix(callers: Int, coalesceByHand: HandCoalescing?) {
+        let environment = ProcessInfo.processInfo.environment
         let seed = environment["COALESCING_STRESS_SEED"].flatMap(UInt64.init) ?? .random(in: 0...UInt64.max)
-        let callers = environment["COALESCING_STRESS_OPERATIONS"].flatMap(Int.init) ?? 100_000
         print("StressTests seed \(seed), \(callers) callers; replay with COALESCING_STRESS_SEED=\(seed)")
 
         let events = EventCounts()
@@ -140,29 +177,41 @@ final class StressTests: XCTestCase {
                 // before it was enqueued): its work must never run. (Not a set of identities: the
                 // library lets go of such operations, and their addresses are reused.)
                 let cancelledBeforeStart = LockedBox(false)
+                // The work reports progress right before it finishes, on the finishing thread, so
+                // that its last progress races the result to every caller (Guarantees 24 and 27).
+                let reports = Int.random(in: 0..<4, using: &random)
+                let asksProgress = Int.random(in: 0..<2, using: &random) == 0
                 let work: @Sendable (TestOperation<Int>) -> Void = { operation in
                     if cancelledBeforeStart.value {
                         tally.fail("seed \(seed): work of an operation cancelled before it started ran")
                     }
                     let result: Result<Int, Error> = finishing == 4 ? .failure(WorkFailed()) : .success(identifier)
+                    let finish = { @Sendable in
+                        for step in 0..<reports {
+                            operation.report(progress: WorkProgress(completed: Int64(step + 1), total: Int64(reports)))
+                        }
+                        operation.finish(result: result)
+                    }
                     switch finishing {
                     case 0:
-                        operation.finish(result: result)
+                        finish()
                     case 1:
                         pendingFinishes.enter()
                         DispatchQueue.global().async {
-                            operation.finish(result: result)
+                            finish()
                             pendingFinishes.leave()
                         }
                     default:
                         pendingFinishes.enter()
                         DispatchQueue.global().asyncAfter(deadline: .now() + .microseconds(delay)) {
-                            operation.finish(result: result)
+                            finish()
                             pendingFinishes.leave()
                         }
                     }
                 }
-                let handler: (Result<Int, Error>) -> Void = {
+                let hearProgress: @Sendable (WorkProgress) -> Void = { _ in tally.progress(caller: caller) }
+                let progress = asksProgress ? hearProgress : nil
+                let handler: @Sendable (Result<Int, Error>) -> Void = {
                     tally.record(caller: caller, identifier: identifier, result: $0)
                 }
                 let callBackQueue = callbackQueues[caller % callbackQueues.count]
@@ -181,6 +230,8 @@ final class StressTests: XCTestCase {
                     handle = dependentManager.enqueue(operation: operation!, timeout: timeout)
                     if shape < 2 {
                         cancelledBeforeStart.mutate { $0 = true }
+                        // Cancels the work it runs, or withdraws its caller if it joined other work.
+                        tally.withdraws(caller)
                         operation!.cancel()
                     }
                     if shape == 1 || shape == 3 {
@@ -219,8 +270,8 @@ final class StressTests: XCTestCase {
                     }
                     // Finishes after the library may have let go of the operation.
                     dependencyQueue.addOperation(dependency)
-                } else if shape < 10 {
-                    // Coalesced by hand before the manager sees it.
+                } else if shape < 10, let coalesceByHand {
+                    // Joined by hand before the manager sees it.
                     let rider = callers + caller
                     tally.expect(rider)
                     riders.increment()
@@ -230,29 +281,34 @@ final class StressTests: XCTestCase {
                     let riding = TestOperation<Int>(
                         "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
                         completionHandler: { tally.record(caller: rider, identifier: identifier, result: $0) })
-                    if !operation!.coalesce(operation: riding) {
-                        tally.fail("seed \(seed): a fresh operation refused to absorb another by hand")
+                    if !coalesceByHand(operation!, riding) {
+                        tally.fail("seed \(seed): a fresh operation refused to take another along by hand")
                     }
                     handle = manager.enqueue(operation: operation!, timeout: timeout)
                 } else if shape < 53 {
                     operation = TestOperation(
                         "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
                         completionHandler: handler)
-                    handle = manager.enqueue(operation: operation!, timeout: timeout)
+                    handle = manager.enqueue(operation: operation!, timeout: timeout, progress: progress)
                 } else {
                     operation = nil
                     handle = manager.enqueue(
                         identifier: "\(identifier)", callBackQueue: callBackQueue, priority: priority, timeout: timeout,
                         makeOperation: { TestOperation("\(identifier)", policy: policy, work: work) },
-                        completionHandler: handler)
+                        progress: progress, completionHandler: handler)
                 }
                 admissions.mutate { $0[handle.admission, default: 0] += 1 }
 
                 switch Int.random(in: 0..<10_000, using: &random) {
                 case 0..<5: manager.cancelAll()
                 case 5..<10: manager.queue.cancelAllOperations()
-                case 10..<800: handle.cancel()
-                case 800..<1200: (operation as Operation?)?.cancel() ?? handle.cancel()
+                case 10..<800:
+                    tally.withdraws(caller)
+                    handle.withdraw()
+                case 800..<1200:
+                    // Withdraws a joined operation's caller; cancels the work an operation runs.
+                    tally.withdraws(caller)
+                    (operation as Operation?)?.cancel() ?? handle.withdraw()
                 case 1200..<1300: manager.cancel(identifier: "\(identifier)")
                 case 1300..<1400:
                     if manager.forget(identifier: "\(identifier)") {
@@ -260,9 +316,10 @@ final class StressTests: XCTestCase {
                     }
                 case 1400..<1500: handle.setPriority(priority)
                 case 1500..<2000:
+                    tally.withdraws(caller)
                     pendingFinishes.enter()
                     DispatchQueue.global().async {
-                        handle.cancel()
+                        handle.withdraw()
                         pendingFinishes.leave()
                     }
                 default: break
@@ -288,6 +345,7 @@ final class StressTests: XCTestCase {
         XCTAssertEqual(
             report.doubled.count, 0, "seed \(seed): doubled callbacks for callers \(report.doubled.prefix(10))")
         XCTAssertEqual(report.wrong, [], "seed \(seed)")
+        XCTAssertGreaterThan(tally.heardProgress, 0, "seed \(seed): the mix reports progress to callers who ask")
 
         // Guarantees 21 and 22: the counts match what the callers saw, and the events the counts.
         let statistics = [manager.statistics, dependentManager.statistics]

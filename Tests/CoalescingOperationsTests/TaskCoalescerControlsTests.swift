@@ -25,7 +25,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         work: @escaping @Sendable () async throws -> Int
     ) async -> Task<Int, Error> {
         let task = Task {
-            try await coalescer.deduplicated(key: key, timeout: timeout, whenAbandoned: whenAbandoned, operation: work)
+            try await coalescer.value(key: key, timeout: timeout, whenAbandoned: whenAbandoned, operation: work)
         }
         await waitUntil("\(callers) callers wait") { coalescer.callerCount(for: key) == callers }
         return task
@@ -101,7 +101,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
 
         XCTAssertTrue(coalescer.cancelAll())
 
-        await XCTAssertThrowsCancellation(try await forgotten.value)
+        await XCTAssertThrowsCoalescingError(.cancelled, try await forgotten.value)
         XCTAssertFalse(coalescer.cancelAll(), "nothing left")
     }
 
@@ -110,7 +110,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         for round in 0..<300 {
             let gate = AsyncGate()
             let old = Task {
-                try await coalescer.deduplicated(
+                try await coalescer.value(
                     key: "key",
                     operation: { [gate] in
                         try await gate.wait()
@@ -123,7 +123,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
             async let opened: Void = gate.open()
             coalescer.forget(key: "key")
             _ = await opened
-            let next = try await coalescer.deduplicated(key: "key") { 2 * round + 1 }
+            let next = try await coalescer.value(key: "key") { 2 * round + 1 }
 
             XCTAssertEqual(next, 2 * round + 1, "round \(round): a caller after forget started new work")
             let oldValue = try await old.value
@@ -142,7 +142,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
 
         XCTAssertTrue(coalescer.forget(key: "feed"), "a result was stored")
 
-        let consumed = try await coalescer.deduplicated(key: "feed") { runs.increment() }
+        let consumed = try await coalescer.value(key: "feed") { runs.increment() }
         XCTAssertEqual(consumed, 2)
     }
 
@@ -158,7 +158,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         try await prefetch.value
 
         XCTAssertEqual(coalescer.storedCount, 0, "a forgotten prefetch is not stored")
-        let consumed = try await coalescer.deduplicated(key: "feed") { runs.increment() }
+        let consumed = try await coalescer.value(key: "feed") { runs.increment() }
         XCTAssertEqual(consumed, 2)
     }
 
@@ -222,7 +222,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
             XCTAssertEqual(error as? CoalescingError, .timedOut)
         }
 
-        let next = Task { try await coalescer.deduplicated(key: "key", operation: gated(gate, runs)) }
+        let next = Task { try await coalescer.value(key: "key", operation: gated(gate, runs)) }
         await waitUntil("the next caller joined the work") { coalescer.statistics.callersJoined == 1 }
         gate.open()
 
@@ -238,7 +238,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         for round in 0..<300 {
             let gate = AsyncGate()
             let racing = Task {
-                try await coalescer.deduplicated(key: "key", timeout: .microseconds(round % 50)) {
+                try await coalescer.value(key: "key", timeout: .microseconds(round % 50)) {
                     await gate.waitIgnoringCancellation()
                     return round
                 }
@@ -268,7 +268,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(gate, runs)) }
         await waitUntil("the prefetch started") { coalescer.callerCount(for: "feed") == 1 }
         let hasty = Task {
-            try await coalescer.deduplicated(key: "feed", timeout: .milliseconds(10), operation: gated(gate, runs))
+            try await coalescer.value(key: "feed", timeout: .milliseconds(10), operation: gated(gate, runs))
         }
 
         do {
@@ -280,7 +280,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         gate.open()
         try await prefetch.value
 
-        let consumed = try await coalescer.deduplicated(key: "feed") { runs.increment() }
+        let consumed = try await coalescer.value(key: "feed") { runs.increment() }
         XCTAssertEqual(consumed, 1, "the prefetched value was stored for the next consumer")
     }
 
@@ -301,7 +301,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         first.cancel()
         await XCTAssertThrowsCancellation(try await first.value)
         XCTAssertEqual(coalescer.statistics.workInFlight, 1, "the work goes on with nobody waiting")
-        let second = Task { try await coalescer.deduplicated(key: "key", operation: gated(gate, runs)) }
+        let second = Task { try await coalescer.value(key: "key", operation: gated(gate, runs)) }
         await waitUntil("a caller joined the abandoned work") { coalescer.callerCount(for: "key") == 1 }
         gate.open()
 
@@ -323,7 +323,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         gate.open()
         await waitUntil("the work ended") { coalescer.statistics.workEnded == 1 }
 
-        let next = try await coalescer.deduplicated(key: "key") { runs.increment() }
+        let next = try await coalescer.value(key: "key") { runs.increment() }
         XCTAssertEqual(next, 2, "the next caller starts new work")
         XCTAssertEqual(coalescer.statistics.workSucceeded, 2)
         XCTAssertEqual(coalescer.statistics.callersServed, 1)
@@ -362,7 +362,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
                 // A key per round: work that runs to completion may outlive its round.
                 let key = "round \(round)"
                 let only = Task {
-                    try await coalescer.deduplicated(key: key, whenAbandoned: policy) {
+                    try await coalescer.value(key: key, whenAbandoned: policy) {
                         await gate.waitIgnoringCancellation()
                         return round
                     }
@@ -406,7 +406,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         gate.open()
         await waitUntil("the prefetch stored its value") { coalescer.storedCount == 1 }
 
-        let consumed = try await coalescer.deduplicated(key: "feed") { runs.increment() }
+        let consumed = try await coalescer.value(key: "feed") { runs.increment() }
         XCTAssertEqual(consumed, 1)
     }
 
@@ -422,9 +422,9 @@ final class TaskCoalescerControlsTests: XCTestCase {
             await gate.waitIgnoringCancellation()
             return Task.currentPriority
         }
-        let low = Task(priority: .low) { try await coalescer.deduplicated(key: "key", operation: work) }
+        let low = Task(priority: .low) { try await coalescer.value(key: "key", operation: work) }
         await waitUntil("the first caller joined") { coalescer.callerCount(for: "key") == 1 }
-        let urgent = Task(priority: .high) { try await coalescer.deduplicated(key: "key", operation: work) }
+        let urgent = Task(priority: .high) { try await coalescer.value(key: "key", operation: work) }
         await waitUntil("the urgent caller joined") { coalescer.callerCount(for: "key") == 2 }
 
         urgent.cancel()
@@ -443,10 +443,10 @@ final class TaskCoalescerControlsTests: XCTestCase {
         let inFlight = InFlightTaskCoalescer<String, TaskPriority>()
         let prefetchable = PrefetchableTaskCoalescer<String, TaskPriority>(prefetchTimeout: .seconds(30))
 
-        let plain = try await inFlight.deduplicated(key: "key", priority: .low) { Task.currentPriority }
-        let consumed = try await prefetchable.deduplicated(key: "key", priority: .low) { Task.currentPriority }
+        let plain = try await inFlight.value(key: "key", priority: .low) { Task.currentPriority }
+        let consumed = try await prefetchable.value(key: "key", priority: .low) { Task.currentPriority }
         try await prefetchable.prefetch(key: "next", priority: .low) { Task.currentPriority }
-        let prefetched = try await prefetchable.deduplicated(key: "next") { .high }
+        let prefetched = try await prefetchable.value(key: "next") { .high }
 
         XCTAssertEqual([plain, consumed, prefetched], [.low, .low, .low])
     }
@@ -459,10 +459,10 @@ final class TaskCoalescerControlsTests: XCTestCase {
 
         let seen = try await RequestContext.$requestID.withValue("request 1") {
             XCTAssertEqual(RequestContext.requestID, "request 1")
-            let plain = try await inFlight.deduplicated(key: "key") { RequestContext.requestID }
-            let consumed = try await prefetchable.deduplicated(key: "key") { RequestContext.requestID }
+            let plain = try await inFlight.value(key: "key") { RequestContext.requestID }
+            let consumed = try await prefetchable.value(key: "key") { RequestContext.requestID }
             try await prefetchable.prefetch(key: "next") { RequestContext.requestID }
-            let prefetched = try await prefetchable.deduplicated(key: "next") { "not prefetched" }
+            let prefetched = try await prefetchable.value(key: "next") { "not prefetched" }
             return [plain, consumed, prefetched]
         }
 
@@ -472,7 +472,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
     func testTheWorkKeepsTheStartingCallersPriority() async throws {
         let coalescer = InFlightTaskCoalescer<String, TaskPriority>()
         let priority = try await Task(priority: .high) {
-            try await coalescer.deduplicated(key: "key") { Task.currentPriority }
+            try await coalescer.value(key: "key") { Task.currentPriority }
         }.value
         XCTAssertGreaterThanOrEqual(priority, .high)
     }

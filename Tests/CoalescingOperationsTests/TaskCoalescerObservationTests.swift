@@ -45,21 +45,21 @@ final class TaskCoalescerObservationTests: XCTestCase {
             try await gate.wait()
             return 1
         }
-        let served = Task { try await coalescer.deduplicated(key: "a", operation: work) }
+        let served = Task { try await coalescer.value(key: "a", operation: work) }
         await waitUntil("the work started") { coalescer.callerCount(for: "a") == 1 }
-        let withdrawn = Task { try await coalescer.deduplicated(key: "a", operation: work) }
-        let timedOut = Task { try await coalescer.deduplicated(key: "a", timeout: .milliseconds(5), operation: work) }
+        let withdrawn = Task { try await coalescer.value(key: "a", operation: work) }
+        let timedOut = Task { try await coalescer.value(key: "a", timeout: .milliseconds(5), operation: work) }
         await waitUntil("two callers joined") { coalescer.statistics.callersJoined == 2 }
         withdrawn.cancel()
         _ = await [withdrawn.result, timedOut.result]
         gate.open()
         _ = try await served.value
         do {
-            _ = try await coalescer.deduplicated(key: "b") { throw WorkFailed() }
+            _ = try await coalescer.value(key: "b") { throw WorkFailed() }
         } catch {}
         let cancelled = (0..<2).map { _ in
             Task {
-                try await coalescer.deduplicated(key: "c") {
+                try await coalescer.value(key: "c") {
                     try await AsyncGate().wait()
                     return 0
                 }
@@ -68,7 +68,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
         await waitUntil("both callers of c wait") { coalescer.callerCount(for: "c") == 2 }
         coalescer.cancel(key: "c")
         for caller in cancelled {
-            await XCTAssertThrowsCancellation(try await caller.value)
+            await XCTAssertThrowsCoalescingError(.cancelled, try await caller.value)
         }
 
         var expected = CoalescingStatistics()
@@ -91,7 +91,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
         let coalescer = PrefetchableTaskCoalescer<String, Int>(prefetchTimeout: .seconds(30))
         try await coalescer.prefetch(key: "feed") { 1 }
         try await coalescer.prefetch(key: "feed") { 2 }  // a result is waiting: not a caller
-        _ = try await coalescer.deduplicated(key: "feed") { 3 }
+        _ = try await coalescer.value(key: "feed") { 3 }
 
         let statistics = coalescer.statistics
         XCTAssertEqual(statistics.workStarted, 1)
@@ -108,7 +108,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
             for index in 0..<callers {
                 group.addTask {
                     let caller = Task {
-                        try await coalescer.deduplicated(key: index % 4) {
+                        try await coalescer.value(key: index % 4) {
                             try await gate.wait()
                             return 1
                         }
@@ -147,11 +147,11 @@ final class TaskCoalescerObservationTests: XCTestCase {
             try await gate.wait()
             return 1
         }
-        let first = Task { try await coalescer.deduplicated(key: "key", operation: work) }
+        let first = Task { try await coalescer.value(key: "key", operation: work) }
         await waitUntil("the work started") { coalescer.callerCount(for: "key") == 1 }
-        let second = Task { try await coalescer.deduplicated(key: "key", operation: work) }
+        let second = Task { try await coalescer.value(key: "key", operation: work) }
         await waitUntil("the second caller joined") { coalescer.callerCount(for: "key") == 2 }
-        let third = Task { try await coalescer.deduplicated(key: "key", timeout: .milliseconds(5), operation: work) }
+        let third = Task { try await coalescer.value(key: "key", timeout: .milliseconds(5), operation: work) }
         _ = await third.result
         second.cancel()
         _ = await second.result
@@ -175,7 +175,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
         let log = EventLog()
         let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
         let only = Task {
-            try await coalescer.deduplicated(key: "key") {
+            try await coalescer.value(key: "key") {
                 try await AsyncGate().wait()
                 return 0
             }
@@ -205,13 +205,14 @@ final class TaskCoalescerObservationTests: XCTestCase {
         holder.value = coalescer
 
         // Held until cancelled, so that the observer finds it in flight whichever thread reports.
-        await XCTAssertThrowsCancellation(
-            try await coalescer.deduplicated(key: "key") {
+        await XCTAssertThrowsCoalescingError(
+            .cancelled,
+            try await coalescer.value(key: "key") {
                 try await AsyncGate().wait()
                 return 1
             })
 
-        let next = try await coalescer.deduplicated(key: "other") { 2 }
+        let next = try await coalescer.value(key: "other") { 2 }
         XCTAssertEqual(next, 2)
         XCTAssertGreaterThanOrEqual(seen.current, 4)
         holder.value = nil
@@ -225,7 +226,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
             let coalescer = InFlightTaskCoalescer<String, Int>(observer: { _ in _ = witness })
             let prefetchable = PrefetchableTaskCoalescer<String, Int>(
                 prefetchTimeout: .seconds(30), observer: { _ in _ = witness })
-            _ = try await coalescer.deduplicated(key: "key", timeout: .seconds(30)) { 1 }
+            _ = try await coalescer.value(key: "key", timeout: .seconds(30)) { 1 }
             try await prefetchable.prefetch(key: "key") { 1 }
         }
         await waitUntil("the observer was released") { released == nil }

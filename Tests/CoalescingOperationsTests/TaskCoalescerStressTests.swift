@@ -22,7 +22,7 @@ final class TaskCoalescerStressTests: XCTestCase {
                 let coalescer = InFlightTaskCoalescer<String, Int>(observer: observer)
                 return Subject(
                     call: { key, _, timeout, policy, work in
-                        try await coalescer.deduplicated(
+                        try await coalescer.value(
                             key: key, timeout: timeout, whenAbandoned: policy, operation: work)
                     },
                     cancel: { coalescer.cancel(key: $0) }, forget: { coalescer.forget(key: $0) },
@@ -46,7 +46,7 @@ final class TaskCoalescerStressTests: XCTestCase {
                 return Subject(
                     call: { key, isPrefetch, timeout, policy, work in
                         guard isPrefetch else {
-                            return try await coalescer.deduplicated(
+                            return try await coalescer.value(
                                 key: key, timeout: timeout, whenAbandoned: policy, operation: work)
                         }
                         try await coalescer.prefetch(key: key, timeout: timeout, whenAbandoned: policy, operation: work)
@@ -250,16 +250,33 @@ private struct Plan {
             if case .call(_, true, _, _, _) = step { true } else { false }
         }
         var problems: [String] = []
+        // Guarantee 11: a caller hears `CancellationError` only if its own task was cancelled, and
+        // `CoalescingError.cancelled` only if its key's work was cancelled for everyone after it
+        // called (a step run before its call cannot reach it).
+        var keys: [String] = []
+        var withdrawing = Set<Int>()
+        var cancellable = Set<Int>()
+        for step in steps {
+            switch step {
+            case .call(let key, _, _, _, _): keys.append(key)
+            case .withdraw(let caller): withdrawing.insert(caller)
+            case .cancel(let key): cancellable.formUnion(keys.indices.filter { keys[$0] == key })
+            case .cancelAll: cancellable.formUnion(keys.indices)
+            case .open, .forget, .yield: break
+            }
+        }
         var answered = 0
         var timedOut = 0
         var cancelled = 0
-        for outcome in outcomes {
+        for (caller, outcome) in outcomes.enumerated() {
             switch outcome {
             case .success: answered += 1
             case .failure(is TaskCoalescerStressTests.WorkFailed): answered += 1
             case .failure(CoalescingError.timedOut): timedOut += 1
-            case .failure(is CancellationError): cancelled += 1
-            case .failure(let error): problems.append("unexpected error \(error)")
+            case .failure(CoalescingError.cancelled) where cancellable.contains(caller):
+                answered += 1  // served with the work's cancellation
+            case .failure(is CancellationError) where withdrawing.contains(caller): cancelled += 1
+            case .failure(let error): problems.append("caller \(caller) of \(keys[caller]): unexpected error \(error)")
             }
         }
         let arrived = statistics.workStarted + statistics.callersJoined
@@ -275,7 +292,10 @@ private struct Plan {
         if notArrived < 0 || statistics.callersWithdrawn > cancelled {
             problems.append("\(outcomes.count) callers, \(cancelled) cancelled, statistics \(statistics)")
         }
-        if !hasPrefetches, notArrived + statistics.callersWithdrawn > cancelled || answered > statistics.callersServed {
+        // Without prefetches, exactly: those withdrawn or never arrived threw `CancellationError`,
+        // and every caller served was answered.
+        let leftFirst = notArrived + statistics.callersWithdrawn
+        if !hasPrefetches, leftFirst != cancelled || answered != statistics.callersServed {
             problems.append("\(answered) answered, \(cancelled) cancelled, \(notArrived) never arrived: \(statistics)")
         }
         if statistics.workEnded != statistics.workStarted {

@@ -24,7 +24,7 @@ final class WithdrawalTests: XCTestCase {
         }
     }
 
-    func testCancellingAnAbsorbedOperationWithdrawsOnlyItsCaller() {
+    func testCancellingAJoinedOperationWithdrawsOnlyItsCaller() {
         let manager = OperationQueueManager()
         let started = Gate()
         let release = Gate()
@@ -38,13 +38,13 @@ final class WithdrawalTests: XCTestCase {
 
         operations[1].cancel()
         XCTAssertTrue(recorder.waitForCalls(1))
-        recorder.assertCancelled("b")
+        recorder.assertWithdrawn("b")
         XCTAssertTrue(operations[1].isFinished, "a withdrawn operation reports finished")
 
         release.open()
         XCTAssertTrue(recorder.waitForCalls(2))
         recorder.assertValue("a", 9)
-        recorder.assertCancelled("b")
+        recorder.assertWithdrawn("b")
         recorder.assertValue("c", 9)
         XCTAssertFalse(operations[0].isCancelled)
     }
@@ -62,9 +62,9 @@ final class WithdrawalTests: XCTestCase {
                 callBackQueue: callbacks, work: work, completionHandler: recorder.handler("rider")))
         XCTAssertTrue(started.wait())
 
-        host.cancel()
+        host.withdraw()
         XCTAssertTrue(recorder.waitForCalls(1))
-        recorder.assertCancelled("host")
+        recorder.assertWithdrawn("host")
 
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
@@ -88,12 +88,12 @@ final class WithdrawalTests: XCTestCase {
         }
         XCTAssertTrue(started.wait())
 
-        handles.forEach { $0.cancel() }
+        handles.forEach { $0.withdraw() }
         XCTAssertTrue(recorder.waitForCalls(3))
         release.open()
         XCTAssertTrue(ended.wait())
 
-        ["a", "b", "c"].forEach { recorder.assertCancelled($0) }
+        ["a", "b", "c"].forEach { recorder.assertWithdrawn($0) }
         XCTAssertEqual(sawCancellation.current, 1, "the work saw isCancelled")
     }
 
@@ -108,13 +108,13 @@ final class WithdrawalTests: XCTestCase {
                     completionHandler: recorder.handler($0)))
         }
 
-        handles[1].cancel()
-        handles[1].cancel()
+        handles[1].withdraw()
+        handles[1].withdraw()
         queue.isSuspended = false
 
         XCTAssertTrue(recorder.waitForCalls(2))
         recorder.assertValue("a", 2)
-        recorder.assertCancelled("b")
+        recorder.assertWithdrawn("b")
     }
 
     func testWithdrawingAfterTheResultWasDecidedChangesNothing() {
@@ -126,7 +126,7 @@ final class WithdrawalTests: XCTestCase {
                 completionHandler: recorder.handler("a")))
         XCTAssertTrue(recorder.waitForCalls(1))
 
-        handle.cancel()
+        handle.withdraw()
         manager.queue.waitUntilAllOperationsAreFinished()
         callbacks.waitUntilAllOperationsAreFinished()
 
@@ -150,7 +150,7 @@ final class WithdrawalTests: XCTestCase {
             identifier: "work", callBackQueue: callbacks, makeOperation: make, completionHandler: recorder.handler("b"))
         let third = manager.enqueue(
             identifier: "work", callBackQueue: callbacks, makeOperation: make, completionHandler: recorder.handler("c"))
-        third.cancel()
+        third.withdraw()
         XCTAssertTrue(recorder.waitForCalls(1))
         queue.isSuspended = false
 
@@ -160,7 +160,7 @@ final class WithdrawalTests: XCTestCase {
         XCTAssertEqual(starts.current, 1)
         recorder.assertValue("a", 8)
         recorder.assertValue("b", 8)
-        recorder.assertCancelled("c")
+        recorder.assertWithdrawn("c")
     }
 
     func testAnOperationEnqueuedWithoutACallerRunsForTheCallersWhoJoinIt() {
@@ -173,7 +173,7 @@ final class WithdrawalTests: XCTestCase {
             makeOperation: { TestOperation<Int> { $0.finish(result: .success(0)) } },
             completionHandler: recorder.handler("a"))
 
-        warmUp.cancel()  // withdraws nobody: a caller is still waiting
+        warmUp.withdraw()  // withdraws nobody: a caller is still waiting
         queue.isSuspended = false
 
         XCTAssertTrue(recorder.waitForCalls(1))
@@ -202,7 +202,7 @@ final class WithdrawalTests: XCTestCase {
             XCTAssertTrue(started.wait())
 
             finishNow.signal()
-            DispatchQueue.concurrentPerform(iterations: 4) { handles[$0].cancel() }
+            DispatchQueue.concurrentPerform(iterations: 4) { handles[$0].withdraw() }
 
             XCTAssertTrue(recorder.waitForCalls(4))
             for caller in 0..<4 {

@@ -26,7 +26,7 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
     private let arrived = DispatchSemaphore(value: 0)
 
     /// A completion handler for `caller` that records its call.
-    public func handler(_ caller: String) -> (Result<Value, Error>) -> Void {
+    public func handler(_ caller: String) -> @Sendable (Result<Value, Error>) -> Void {
         { result in
             self.lock.withLock {
                 self.calls.append(Call(caller: caller, result: result, queue: .current, thread: .current))
@@ -86,11 +86,21 @@ public final class ResultRecorder<Value: Sendable>: @unchecked Sendable {
         XCTAssertEqual(try? result.get(), value, "\(caller) got \(result)", file: file, line: line)
     }
 
-    /// Asserts that `caller` was called back once, with `ConcurrentOperationError.cancelled`.
+    /// Asserts that `caller` was called back once, with `CoalescingError.cancelled`: the work was
+    /// cancelled for every caller (Guarantee 6).
     public func assertCancelled(_ caller: String, file: StaticString = #filePath, line: UInt = #line) {
         guard let result = onlyResult(of: caller, file: file, line: line) else { return }
-        guard case .failure(let error) = result, error as? ConcurrentOperationError == .cancelled else {
-            return XCTFail("\(caller) got \(result), expected .cancelled", file: file, line: line)
+        guard case .failure(let error) = result, error as? CoalescingError == .cancelled else {
+            return XCTFail("\(caller) got \(result), expected CoalescingError.cancelled", file: file, line: line)
+        }
+    }
+
+    /// Asserts that `caller` was called back once, with `CancellationError`: it withdrew itself
+    /// while the work went on (Guarantee 5).
+    public func assertWithdrawn(_ caller: String, file: StaticString = #filePath, line: UInt = #line) {
+        guard let result = onlyResult(of: caller, file: file, line: line) else { return }
+        guard case .failure(let error) = result, error is CancellationError else {
+            return XCTFail("\(caller) got \(result), expected CancellationError", file: file, line: line)
         }
     }
 

@@ -2,7 +2,7 @@ import CoalescingOperations
 import Foundation
 
 /// A coalescible operation whose work is a closure, counting how often its work started.
-public final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked Sendable {
+public final class TestOperation<Value: Sendable>: CoalescibleOperation<Value>, @unchecked Sendable {
     // @unchecked: adds only immutable properties to CoalescibleOperation.
     private let work: @Sendable (TestOperation<Value>) -> Void
     private let starts: Counter?
@@ -21,7 +21,7 @@ public final class TestOperation<Value>: CoalescibleOperation<Value>, @unchecked
         starts: Counter? = nil,
         policy: AbandonedWorkPolicy = .cancel,
         work: @escaping @Sendable (TestOperation<Value>) -> Void,
-        completionHandler: @escaping (Result<Value, Error>) -> Void
+        completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
     ) {
         self.work = work
         self.starts = starts

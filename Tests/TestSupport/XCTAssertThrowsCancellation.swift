@@ -1,6 +1,7 @@
 import XCTest
 
-/// Asserts that `expression` throws `CancellationError`.
+/// Asserts that `expression` throws `CancellationError`: the caller withdrew itself (its task was
+/// cancelled), while the work went on for the others.
 public func XCTAssertThrowsCancellation<T>(
     _ expression: @autoclosure () async throws -> T, file: StaticString = #filePath, line: UInt = #line
 ) async {

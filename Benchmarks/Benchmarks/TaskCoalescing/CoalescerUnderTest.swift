@@ -24,7 +24,7 @@ enum CoalescerKind: String, CaseIterable {
     case oursInFlightWithTimeout = "ours-inflight-timeout"
     /// `InFlightTaskCoalescer` with an observer that counts the events.
     case oursInFlightObserved = "ours-inflight-observer"
-    /// `PrefetchableTaskCoalescer.deduplicated`, which adds a look for a prefetched result.
+    /// `PrefetchableTaskCoalescer.value`, which adds a look for a prefetched result.
     case oursPrefetchable = "ours-prefetchable"
     /// The seed-001 actor: a `[Key: Task]` dictionary; callers await `Task.value`.
     case taskDictionary = "task-dictionary"
@@ -35,12 +35,12 @@ enum CoalescerKind: String, CaseIterable {
         case .oursInFlight:
             let coalescer = InFlightTaskCoalescer<Int, Int>()
             return CoalescerUnderTest(
-                join: { try await coalescer.deduplicated(key: $0, operation: $1) },
+                join: { try await coalescer.value(key: $0, operation: $1) },
                 waitUntilJoined: { callers in await waitUntil(callers, joined: { coalescer.statistics }) })
         case .oursInFlightWithTimeout:
             let coalescer = InFlightTaskCoalescer<Int, Int>()
             return CoalescerUnderTest(
-                join: { try await coalescer.deduplicated(key: $0, timeout: .seconds(60), operation: $1) },
+                join: { try await coalescer.value(key: $0, timeout: .seconds(60), operation: $1) },
                 waitUntilJoined: { callers in await waitUntil(callers, joined: { coalescer.statistics }) })
         case .oursInFlightObserved:
             let events = Atomic(0)
@@ -48,12 +48,12 @@ enum CoalescerKind: String, CaseIterable {
                 events.add(1, ordering: .relaxed)
             })
             return CoalescerUnderTest(
-                join: { try await coalescer.deduplicated(key: $0, operation: $1) },
+                join: { try await coalescer.value(key: $0, operation: $1) },
                 waitUntilJoined: { callers in await waitUntil(callers, joined: { coalescer.statistics }) })
         case .oursPrefetchable:
             let coalescer = PrefetchableTaskCoalescer<Int, Int>(prefetchTimeout: .seconds(30))
             return CoalescerUnderTest(
-                join: { try await coalescer.deduplicated(key: $0, operation: $1) },
+                join: { try await coalescer.value(key: $0, operation: $1) },
                 waitUntilJoined: { callers in await waitUntil(callers, joined: { coalescer.statistics }) })
         case .taskDictionary:
             let coalescer = TaskDictionaryCoalescer<Int, Int>()

@@ -11,7 +11,7 @@ public final class HeldWork: CoalescibleOperation<Int>, @unchecked Sendable {
     /// A caller's operation: its handler runs on `callBackQueue`.
     public init(
         identifier: String, started: DispatchSemaphore, callBackQueue: OperationQueue,
-        completionHandler: @escaping (Result<Int, Error>) -> Void
+        completionHandler: @escaping @Sendable (Result<Int, Error>) -> Void
     ) {
         self.started = started
         super.init(identifier: identifier, callBackQueue: callBackQueue, completionHandler: completionHandler)

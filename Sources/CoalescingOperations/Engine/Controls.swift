@@ -1,10 +1,27 @@
 import Foundation
 
-/// Why a caller stopped waiting before the work ended, when it was not cancelled.
-public enum CoalescingError: Error, Equatable, Sendable {
+/// Why a caller heard no result from the work, on either half: the work was cancelled, or the
+/// caller's own timeout passed.
+///
+/// The one rule (Guarantee 11): the work cancelled for everyone is ``cancelled``; a caller that
+/// withdrew itself (its task cancelled, its handle withdrawn, its joined operation cancelled)
+/// hears `CancellationError`, as any cancelled Swift task does; a caller whose timeout passed hears
+/// ``timedOut``.
+public enum CoalescingError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The work was cancelled for all its callers: by `cancel(identifier:)`, `cancel(key:)`,
+    /// `cancelAll()`, or the `cancel()` of the operation that runs it.
+    case cancelled
     /// The caller's own timeout passed first: that caller alone was withdrawn, and the work went on
     /// for the others (or as its ``AbandonedWorkPolicy`` says, if it was the last).
     case timedOut
+
+    /// "the work was cancelled" or "the caller's timeout passed".
+    public var description: String {
+        switch self {
+        case .cancelled: "the work was cancelled"
+        case .timedOut: "the caller's timeout passed"
+        }
+    }
 }
 
 /// What happens to work when its last caller withdraws (or times out).

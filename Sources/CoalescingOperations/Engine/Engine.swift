@@ -24,14 +24,14 @@ import Foundation
     /// How long work may stay in flight with callers waiting before it is reported.
     let stallThreshold: Duration?
     init(
-        observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?, cancellation: any Error,
+        observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?,
         prefetchTimeout: Duration? = nil, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
     ) {
         self.observer = observer
         self.stallThreshold = stallThreshold
         state = LockedState(
             Registry(
-                observed: observer != nil, cancellation: cancellation, prefetchTimeout: prefetchTimeout, now: now))
+                observed: observer != nil, prefetchTimeout: prefetchTimeout, now: now))
     }
 
     // MARK: The registry
@@ -50,8 +50,6 @@ import Foundation
         /// once warm (an observed join cost twice as much without it).
         var spare: [CoalescingEvent<Key>] = []
         var isDelivering = false
-        /// What callers hear when the work is cancelled.
-        @usableFromInline let cancellation: any Error
         /// How long a prefetched result waits for its consumer; nil where nothing is stored.
         let prefetchTimeout: Duration?
         let now: @Sendable () -> ContinuousClock.Instant
@@ -59,11 +57,10 @@ import Foundation
         @usableFromInline var nextExpiry: ContinuousClock.Instant?
 
         init(
-            observed: Bool, cancellation: any Error, prefetchTimeout: Duration?,
+            observed: Bool, prefetchTimeout: Duration?,
             now: @escaping @Sendable () -> ContinuousClock.Instant
         ) {
             events = observed ? [] : nil
-            self.cancellation = cancellation
             self.prefetchTimeout = prefetchTimeout
             self.now = now
         }
@@ -89,23 +86,32 @@ import Foundation
             record(.workStarted(key: work.key))
         }
 
-        /// Adds a caller to work in flight and returns its slot; a caller that states a priority
-        /// then demands it (``AnyWork/demand(_:from:)``). The first caller to arrive started the
-        /// work; every later one joined it.
-        @inlinable
-        mutating func join<Value>(_ work: Work<Key, Value>, _ caller: Caller<Value>) -> Int {
+        /// Adds a caller to work in flight, in a slot of its own, asking for `urgency` if it states
+        /// one (``AnyWork/demand(_:from:)``). The first caller to arrive started the work; every
+        /// later one joined it.
+        /// A caller that asked for progress (`watcher`) is handed the latest at once (Guarantee 25).
+        @inlinable mutating func join<Value>(
+            _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?,
+            watching watcher: Watcher? = nil
+        ) -> (slot: Int, raised: Bool) {
             let slot = work.callers.add(caller)
+            let raised = urgency.map { work.demand($0, from: slot) } ?? false
+            if let watcher {
+                work.watchers[slot] = watcher
+                watcher.latest = work.progress
+            }
             if case .task(nil, _) = caller {
                 work.unparked += 1
             }
-            guard caller.waits else { return slot }
-            work.live += 1
-            statistics.countArrival(joining: work.arrivals > 0)
-            if work.arrivals > 0 {
-                record(.callerJoined(key: work.key, callers: work.live))
+            if caller.waits {
+                work.live += 1
+                statistics.countArrival(joining: work.arrivals > 0)
+                if work.arrivals > 0 {
+                    record(.callerJoined(key: work.key, callers: work.live))
+                }
+                work.arrivals += 1
             }
-            work.arrivals += 1
-            return slot
+            return (slot, raised)
         }
 
         /// Withdraws the caller in `slot` for `reason`; nil stands for the one that started the
@@ -126,8 +132,16 @@ import Foundation
                 }
             }
             let abandoned = work.live == 0 && work.policy == .cancel && caller?.waits != false
-            var effects = abandoned ? end(work, with: .failure(cancellation), stopping: true) : Effects()
-            effects.withdrawn = caller.map { ($0, reason) }
+            var effects = abandoned ? end(work, with: .failure(CoalescingError.cancelled), stopping: true) : Effects()
+            if let slot, let caller, let watcher = work.watchers.removeValue(forKey: slot) {
+                // Its error comes after any progress being delivered, and no progress after it.
+                watcher.latest = nil
+                if watcher.hand(last: { caller.tell(.failure(reason.error)) }) {
+                    effects.delivering.append(watcher)
+                }
+            } else {
+                effects.withdrawn = caller.map { ($0, reason) }
+            }
             if let slot, work.release(slot) {
                 effects.reprioritize = work
             }
@@ -141,7 +155,7 @@ import Foundation
         ) -> Effects<Value> {
             guard let runner = work.phase.runner else { return Effects() }
             let served = work.live
-            let callers = work.callers
+            var callers = work.callers
             // Callers that reserved a slot and have not parked yet read the result when they do.
             if work.unparked == 0 {
                 work.callers = Callers()
@@ -158,6 +172,7 @@ import Foundation
             } else {
                 unindex(work)
             }
+            let delivering = work.watchers.isEmpty ? [] : work.serveWatching(from: &callers, with: result)
             let outcome = WorkOutcome(result)
             statistics.countEnd(outcome, served: served)
             record(
@@ -168,6 +183,7 @@ import Foundation
             effects.stop = stopping ? runner : nil
             effects.ended = runner
             effects.served = (callers, result)
+            effects.delivering = delivering
             return effects
         }
 
@@ -197,7 +213,7 @@ import Foundation
 
         /// The value stored for `key`, taken by a consumer: counted as a caller who joined the
         /// prefetch's work and was served. Nil if none is stored.
-        @usableFromInline mutating func takeStored<Value>(_ key: Key, as _: Value.Type) -> Value? {
+        @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type) -> Value? {
             releaseExpired()
             guard let entry = index[key], entry.storedUntil != nil else { return nil }
             let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
@@ -236,6 +252,50 @@ import Foundation
         }
     }
 
+    // MARK: Arriving
+
+    /// Where a caller arrived, decided under the lock: the work it started or joined and its slot
+    /// there, for ``follow(_:timeout:)`` to carry out.
+    @usableFromInline struct Entry<Value: Sendable> {
+        @usableFromInline let work: Work<Key, Value>
+        /// Nil for work started with no caller of its own.
+        @usableFromInline let slot: Int?
+        /// Whether the caller started the work: it is then watched for stalls.
+        @usableFromInline let started: Bool
+        /// Whether the caller raised the work's priority: it is then written.
+        @usableFromInline let raised: Bool
+        /// The caller's progress, if it asked for it.
+        @usableFromInline let watcher: Watcher?
+
+        @inlinable init(
+            _ work: Work<Key, Value>, slot: Int? = nil, started: Bool = false, raised: Bool = false,
+            watcher: Watcher? = nil
+        ) {
+            (self.work, self.slot, self.started, self.raised, self.watcher) = (work, slot, started, raised, watcher)
+        }
+    }
+
+    /// What follows every arrival, whichever way in it took, once the lock is released: new work
+    /// is watched for stalls, the caller's timeout armed, the work's priority raised, the events
+    /// delivered. Only a caller that asked for a deadline pays for one.
+    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?) {
+        if let entry {
+            if entry.started {
+                watchForStall(entry.work)
+            }
+            if let timeout {
+                withdraw(entry.work, slot: entry.slot, after: timeout)
+            }
+            if entry.raised {
+                applyPriority(of: entry.work)
+            }
+            if let watcher = entry.watcher {
+                deliverLatest(to: watcher)
+            }
+        }
+        deliverEvents()
+    }
+
     // MARK: Transitions, carried out
 
     /// Runs `transition` under the lock, then carries out what it returns and delivers the events.
@@ -255,7 +315,7 @@ import Foundation
 
     /// Cancels `work` for all its callers.
     @usableFromInline func cancel<Value>(_ work: Work<Key, Value>) {
-        change { $0.end(work, with: .failure($0.cancellation), stopping: true) }
+        change { $0.end(work, with: .failure(CoalescingError.cancelled), stopping: true) }
     }
 
     /// Cancels the work in flight under every key that `matches`, forgotten work included when
@@ -300,7 +360,7 @@ import Foundation
     @inlinable func carryOut<Value>(_ effects: Effects<Value>) {
         effects.stop?.stop()
         if let (caller, reason) = effects.withdrawn {
-            caller.tell(.failure(reason.error(for: caller)))
+            caller.tell(.failure(reason.error))
         }
         var delivery = Delivery<Value>()
         if let (callers, result) = effects.served {
@@ -311,6 +371,7 @@ import Foundation
         if let (_, result) = effects.served {
             delivery.deliver(result)
         }
+        effects.delivering.forEach(deliver)
         if let work = effects.reprioritize {
             applyPriority(of: work)
         }
@@ -502,7 +563,7 @@ extension Engine.Registry {
 /// What a transition decided must happen once the lock is released; ``Engine/carryOut(_:)`` does
 /// it, always in the same order.
 extension Engine {
-    @usableFromInline struct Effects<Value> {
+    @usableFromInline struct Effects<Value: Sendable> {
         /// Cancelled or abandoned work to stop, before anyone hears of it.
         @usableFromInline var stop: Runner<Value>?
         /// A caller that left, and why: it hears its error.
@@ -514,13 +575,10 @@ extension Engine {
         @usableFromInline var ended: Runner<Value>?
         /// Work whose callers' priorities changed.
         @usableFromInline var reprioritize: AnyWork<Key>?
+        /// Callers that asked for progress, with their last call to deliver after it.
+        @usableFromInline var delivering: [Watcher] = []
 
         @inlinable init() {}
-
-        @inlinable var isEmpty: Bool {
-            stop == nil && withdrawn == nil && served == nil && ended == nil && reprioritize == nil
-        }
-
     }
 }
 
@@ -565,6 +623,11 @@ extension Engine {
 
     /// A task's priority: it only ever rises, so nothing is kept per caller.
     @usableFromInline let risesOnly: Bool
+
+    /// The latest progress the work reported, for callers who join later.
+    @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
+    /// The callers that asked for progress, by slot: empty, and free, when none did.
+    @usableFromInline @exclusivity(unchecked) var watchers: [Int: Watcher] = [:]
 
     @usableFromInline init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
         self.key = key
@@ -649,7 +712,7 @@ extension Engine {
 }
 
 /// One run of the work for one key, and the callers waiting for it.
-@usableFromInline final class Work<Key: Hashable & Sendable, Value>: AnyWork<Key>, @unchecked Sendable {
+@usableFromInline final class Work<Key: Hashable & Sendable, Value: Sendable>: AnyWork<Key>, @unchecked Sendable {
     // @unchecked: like `AnyWork`, every `var` is guarded by the engine's lock.
     @usableFromInline @exclusivity(unchecked) var callers = Callers<Value>()
     @usableFromInline @exclusivity(unchecked) var phase: Phase<Value>
@@ -686,8 +749,13 @@ extension Engine {
             callers.entries[slot] = .task(continuation, consumes: consumes)
             return nil
         case (.left(let reason), _):
-            return .failure(reason.error(for: Caller<Value>.task(nil, consumes: false)))
+            return .failure(reason.error)
         case (.task(nil, _), .ended(let result?)):
+            // Progress still being delivered to this caller goes first (Guarantee 24).
+            if let watcher = watchers[slot], watcher.isDelivering {
+                watcher.last = { continuation.resume(with: result) }
+                return nil
+            }
             return result
         default:
             preconditionFailure("Work: slot \(slot) parked twice, or after its result was dropped")
@@ -696,7 +764,7 @@ extension Engine {
 }
 
 /// Where a work stands.
-@usableFromInline enum Phase<Value> {
+@usableFromInline enum Phase<Value: Sendable> {
     /// In flight, run by `runner`.
     case inFlight(Runner<Value>)
     /// Decided. The result is kept only for callers that have yet to park.
@@ -708,7 +776,7 @@ extension Engine {
 }
 
 /// What runs the work: an operation on a queue, or a task.
-@usableFromInline enum Runner<Value> {
+@usableFromInline enum Runner<Value: Sendable> {
     case operation(ConcurrentOperation<Value>)
     /// A task; nil for the moment between creating the work and starting its task.
     case task(Task<Void, Never>?)
@@ -741,9 +809,9 @@ extension Engine {
 // MARK: - Callers
 
 /// One caller waiting for a work's result.
-@usableFromInline enum Caller<Value> {
+@usableFromInline enum Caller<Value: Sendable> {
     /// A completion handler, called on `queue`, or on the thread that serves it when nil.
-    case handler((Result<Value, Error>) -> Void, queue: OperationQueue?)
+    case handler(@Sendable (Result<Value, Error>) -> Void, queue: OperationQueue?)
     /// An operation absorbed into the work: it never runs, finishes when served, and hands the
     /// result to its own handler. Without one (`waits` false) it waits for nobody: it is finished
     /// with the work, but counts as no caller.
@@ -779,7 +847,7 @@ extension Engine {
 /// Joining costs one append, whatever the number of callers. The list also tracks whether every
 /// caller so far is a handler on one queue, so that the result reaches them all in one hop as the
 /// list itself.
-@usableFromInline struct Callers<Value> {
+@usableFromInline struct Callers<Value: Sendable> {
     @usableFromInline var entries: ContiguousArray<Caller<Value>> = []
     @usableFromInline var queues = Queues.none
 
@@ -828,16 +896,14 @@ extension Engine {
 /// nested closures, and the loop runs on the callers' queue, so the stack never grows with them.
 /// Absorbed operations finish as they are collected: before the operation that ran the work, and
 /// before any handler runs.
-@usableFromInline struct Delivery<Value> {
+@usableFromInline struct Delivery<Value: Sendable> {
     @usableFromInline typealias Handlers = ContiguousArray<Caller<Value>>
 
     @usableFromInline var inline: Handlers = []
     @usableFromInline var groups: ContiguousArray<(queue: OperationQueue, handlers: Handlers)> = []
     @usableFromInline var continuations: [UnsafeContinuation<Value, Error>] = []
-    /// Where each queue's group is; consulted only when a caller's queue differs from the last
-    /// one's.
+    /// Where each queue's group is; consulted only for callers on more than one queue.
     @usableFromInline var groupIndex: [ObjectIdentifier: Int] = [:]
-    @usableFromInline var lastGroup = -1
 
     @inlinable init() {}
 
@@ -880,12 +946,8 @@ extension Engine {
             queue.addOperation(DeliveryOperation { Self.serve(handlers, with: result) })
         }
         Self.serve(inline, with: result)
-        if !continuations.isEmpty {
-            // Only the awaiting paths park continuations, and each requires `Value: Sendable`.
-            nonisolated(unsafe) let shared = result
-            for continuation in continuations {
-                continuation.resume(with: shared)
-            }
+        for continuation in continuations {
+            continuation.resume(with: result)
         }
     }
 
@@ -896,18 +958,13 @@ extension Engine {
     }
 
     @inlinable mutating func group(for queue: OperationQueue) -> Int {
-        if lastGroup >= 0, groups[lastGroup].queue === queue {
-            return lastGroup
-        }
         let id = ObjectIdentifier(queue)
         if let index = groupIndex[id] {
-            lastGroup = index
-        } else {
-            lastGroup = groups.count
-            groups.append((queue, []))
-            groupIndex[id] = lastGroup
+            return index
         }
-        return lastGroup
+        groups.append((queue, []))
+        groupIndex[id] = groups.count - 1
+        return groups.count - 1
     }
 }
 
@@ -937,13 +994,12 @@ extension Engine {
 }
 
 extension WithdrawalReason {
-    /// What a caller that left for this reason hears: `cancelled` for a handler or an
-    /// operation, `CancellationError` for a waiting task, ``CoalescingError/timedOut`` for all.
-    @usableFromInline func error<Value>(for caller: Caller<Value>) -> any Error {
-        switch (self, caller) {
-        case (.timedOut, _): CoalescingError.timedOut
-        case (.withdrawn, .task): CancellationError()
-        case (.withdrawn, _): ConcurrentOperationError.cancelled
+    /// What a caller that left for this reason hears, whichever half it came through: a caller that
+    /// withdrew itself hears `CancellationError`, one whose timeout passed ``CoalescingError/timedOut``.
+    @usableFromInline var error: any Error {
+        switch self {
+        case .withdrawn: CancellationError()
+        case .timedOut: CoalescingError.timedOut
         }
     }
 }

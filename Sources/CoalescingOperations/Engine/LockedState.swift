@@ -60,23 +60,23 @@ extension LockedState: @unchecked Sendable where State: Sendable {}
 
     @usableFromInline static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
         lock.initialize(to: pthread_mutex_t())
-        let status = pthread_mutex_init(lock, nil)
-        precondition(status == 0, "pthread_mutex_init failed with \(status)")
+        check(pthread_mutex_init(lock, nil), "pthread_mutex_init")
     }
 
     @usableFromInline static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        let status = pthread_mutex_destroy(lock)
-        precondition(status == 0, "pthread_mutex_destroy failed with \(status)")
+        check(pthread_mutex_destroy(lock), "pthread_mutex_destroy")
         lock.deinitialize(count: 1)
     }
 
     @inlinable static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
-        let status = pthread_mutex_lock(lock)
-        precondition(status == 0, "pthread_mutex_lock failed with \(status)")
+        check(pthread_mutex_lock(lock), "pthread_mutex_lock")
     }
 
     @inlinable static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
-        let status = pthread_mutex_unlock(lock)
-        precondition(status == 0, "pthread_mutex_unlock failed with \(status)")
+        check(pthread_mutex_unlock(lock), "pthread_mutex_unlock")
+    }
+
+    @inlinable static func check(_ status: Int32, _ call: StaticString) {
+        precondition(status == 0, "\(call) failed with \(status)")
     }
 }

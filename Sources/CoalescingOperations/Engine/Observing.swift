@@ -97,7 +97,7 @@ public enum WorkOutcome: Sendable, Equatable {
         switch result {
         case .success: self = .succeeded
         case .failure(let error) where error is CancellationError: self = .cancelled
-        case .failure(ConcurrentOperationError.cancelled): self = .cancelled
+        case .failure(CoalescingError.cancelled): self = .cancelled
         case .failure: self = .failed
         }
     }
@@ -112,11 +112,21 @@ public enum WithdrawalReason: Sendable, Equatable {
 }
 
 /// How urgent the work is, in the terms of the API that runs it.
-public enum WorkPriority: Sendable, Equatable {
+public enum WorkPriority: Sendable, Equatable, CustomStringConvertible {
     /// An operation's priority on its queue.
     case operation(OperationPriority)
     /// A task's priority.
     case task(TaskPriority)
+
+    /// The priority in its API's own terms: `queuePriority high, qualityOfService utility`, or a
+    /// task's priority.
+    public var description: String {
+        switch self {
+        case .operation(let priority):
+            "queuePriority \(priority.queuePriority), qualityOfService \(priority.qualityOfService)"
+        case .task(let priority): "\(priority)"
+        }
+    }
 }
 
 /// One step in the life of coalesced work, handed to the observer given to a coalescer.
@@ -140,7 +150,22 @@ public enum CoalescingEvent<Key: Hashable & Sendable>: Sendable {
     case workStalled(key: Key, callers: Int, elapsed: Duration)
 }
 
-extension CoalescingEvent {
+extension CoalescingEvent: CustomStringConvertible {
+    /// The event on one line, for logs, with plain values:
+    /// `callerWithdrawn(key: user, reason: timedOut)`.
+    public var description: String {
+        switch self {
+        case .workStarted(let key): "workStarted(key: \(key))"
+        case .callerJoined(let key, let callers): "callerJoined(key: \(key), callers: \(callers))"
+        case .callerWithdrawn(let key, let reason): "callerWithdrawn(key: \(key), reason: \(reason))"
+        case .priorityChanged(let key, let priority): "priorityChanged(key: \(key), priority: \(priority))"
+        case .workEnded(let key, let outcome, let served, let duration):
+            "workEnded(key: \(key), outcome: \(outcome), callersServed: \(served), duration: \(duration))"
+        case .workStalled(let key, let callers, let elapsed):
+            "workStalled(key: \(key), callers: \(callers), elapsed: \(elapsed))"
+        }
+    }
+
     /// The same event under another key: the manager reports identifiers, not its inner keys.
     func map<Other>(_ transform: (Key) -> Other) -> CoalescingEvent<Other> {
         switch self {

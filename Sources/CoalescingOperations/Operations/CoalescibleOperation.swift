@@ -1,22 +1,21 @@
 import Foundation
 
-/// An operation that can absorb identical operations, so that their work runs once and its one
-/// result reaches every caller.
+/// An operation whose identical copies join one run of the work, so that its one result reaches
+/// every caller.
 ///
 /// Subclass it once per kind of work, give identical requests the same ``identifier``, and enqueue
-/// instances through an ``OperationQueueManager``: while one is pending or running, the manager
-/// folds every further operation with the same identifier and `Value` type into it.
+/// instances through an ``OperationQueueManager``: while one is pending or running, every further
+/// operation with the same identifier and `Value` type joins its work instead of running.
 ///
 /// ```swift
 /// final class AvatarFetchOperation: CoalescibleOperation<Data>, @unchecked Sendable {
-///     // @unchecked: adds only immutable properties to CoalescibleOperation's locked state.
 ///     let url: URL
 ///     let loader: ThumbnailLoader
 ///
-///     init(url: URL, loader: ThumbnailLoader, completionHandler: @escaping (Result<Data, Error>) -> Void) {
+///     init(url: URL, loader: ThumbnailLoader, completionHandler: (@Sendable (Result<Data, Error>) -> Void)? = nil) {
 ///         self.url = url
 ///         self.loader = loader
-///         super.init(identifier: url.absoluteString, callBackQueue: .main, completionHandler: completionHandler)
+///         super.init(identifier: url.absoluteString, completionHandler: completionHandler)
 ///     }
 ///
 ///     override func main() {
@@ -25,19 +24,24 @@ import Foundation
 /// }
 /// ```
 ///
+/// One initialiser serves every caller: with a handler, for
+/// ``OperationQueueManager/enqueue(operation:timeout:progress:)``; without one, for
+/// ``OperationQueueManager/value(of:timeout:progress:isolation:)`` and the `identifier:` forms. Why the
+/// subclass restates `@unchecked Sendable` is in ``ConcurrentOperation``.
+///
 /// ## Callers
-/// Each operation brings one caller: its completion handler and its
-/// ``ConcurrentOperation/callBackQueue``. An absorbed operation never runs; when the work ends it
-/// finishes with the same result, and its handler runs on its own queue. Callers are kept in a
-/// flat list, so joining costs the same for the millionth caller as for the second, and handing
-/// out the result never nests closures.
+/// Each operation brings at most one caller: its completion handler and its
+/// ``ConcurrentOperation/callBackQueue``. An operation that joined other work never runs; when the
+/// work ends it finishes with the same result, and its handler runs on its own queue. Callers are
+/// kept in a flat list, so joining costs the same for the millionth caller as for the second, and
+/// handing out the result never nests closures.
 ///
 /// ## Cancellation
-/// - Cancelling an **absorbed** operation withdraws its caller only: that caller receives one
-///   `.failure(ConcurrentOperationError.cancelled)`, the others still receive the result.
-/// - Cancelling the operation that **runs the work** cancels it for every caller. To withdraw that
-///   operation's own caller only, use the ``CoalescingHandle`` that
-///   ``OperationQueueManager/enqueue(operation:timeout:)`` returns.
+/// - Cancelling an operation that **joined** other work withdraws its caller only: that caller
+///   receives one `.failure(CancellationError())`, the others still receive the result.
+/// - Cancelling the operation that **runs the work** cancels it for every caller, who receive
+///   `.failure(CoalescingError.cancelled)`. To withdraw that operation's own caller only, use the
+///   ``CoalescingHandle`` that ``OperationQueueManager/enqueue(operation:timeout:progress:)`` returns.
 /// - When every caller has withdrawn, the work is cancelled, or runs on if its
 ///   ``abandonedWorkPolicy`` says so.
 ///
@@ -45,12 +49,7 @@ import Foundation
 /// While the work waits on its queue, its `queuePriority` and `qualityOfService` follow its
 /// callers: each knob is the most urgent among the callers still waiting, and never below what the
 /// app set on the operation itself. A caller that withdraws or times out takes its urgency with it.
-///
-/// - Important: The default ``ConcurrentOperation/callBackQueue`` is `OperationQueue.current ??
-///   .main`. On a plain thread or a dispatch queue that is `.main`, which a command-line program or
-///   a server only services while its main thread runs `RunLoop.main.run()` or `dispatchMain()`.
-///   Pass a queue of your own there.
-open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked Sendable {
+open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @unchecked Sendable {
     // @unchecked: adds only an immutable identifier to `ConcurrentOperation`'s lock-guarded state.
 
     /// Operations with equal identifiers and the same `Value` type do the same work.
@@ -59,35 +58,24 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
     /// `"questions"`.
     public let identifier: String
 
-    /// Creates an operation whose caller is `completionHandler`, called on `callBackQueue`.
+    /// Creates an operation whose caller, if any, is `completionHandler`, called on
+    /// `callBackQueue`.
     ///
     /// - Parameters:
     ///   - identifier: Equal for operations that do the same work; see ``identifier``.
-    ///   - callBackQueue: Where `completionHandler` runs. Defaults to the queue creating the
-    ///     operation, or `.main` when there is none (see the note on ``CoalescibleOperation``).
-    ///   - completionHandler: Called exactly once: with the shared result, or with
-    ///     `.failure(ConcurrentOperationError.cancelled)` if the work is cancelled or this caller
-    ///     withdraws first.
+    ///   - callBackQueue: Where `completionHandler` runs; nil, the default, runs it on the thread
+    ///     that finishes the work, with no queue hop.
+    ///   - completionHandler: Called exactly once with the shared result, or a failure (see
+    ///     ``CoalescingError``). Nil, the default, for work whose callers come through the
+    ///     manager's `value` or `identifier:` methods, or for work nobody waits for, such as
+    ///     warming a cache.
     @inlinable public init(
         identifier: String,
-        callBackQueue: OperationQueue = OperationQueue.current ?? .main,
-        completionHandler: @escaping (Result<Value, Error>) -> Void
+        callBackQueue: OperationQueue? = nil,
+        completionHandler: (@Sendable (Result<Value, Error>) -> Void)? = nil
     ) {
         self.identifier = identifier
         super.init(callBackQueue: callBackQueue, completionHandler: completionHandler)
-    }
-
-    /// Creates an operation with no caller of its own.
-    ///
-    /// Use it for work whose callers come through
-    /// ``OperationQueueManager/value(of:timeout:isolation:)`` or
-    /// ``OperationQueueManager/enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``,
-    /// or for work nobody waits for, such as warming a cache.
-    ///
-    /// - Parameter identifier: Equal for operations that do the same work; see ``identifier``.
-    @inlinable public init(identifier: String) {
-        self.identifier = identifier
-        super.init(callBackQueue: nil, completionHandler: nil)
     }
 
     /// What happens to the work when its last caller withdraws or times out: cancelled (the
@@ -137,26 +125,6 @@ open class CoalescibleOperation<Value>: ConcurrentOperation<Value>, @unchecked S
         guard case .idle(.work(let engine, let work, _), _) = lifecycle.withLock({ $0 }) else { return false }
         engine.setFloor(of: work, change)
         return true
-    }
-
-    /// Folds `operation` into this one: its caller will receive this operation's result, and its
-    /// own work will never run.
-    ///
-    /// Refused, with no effect, when this operation's result is already decided (it finished or
-    /// was cancelled) or it is itself absorbed, and when `operation` is not fresh: already
-    /// enqueued, absorbed, started, finished or cancelled, or it has absorbed others itself.
-    ///
-    /// - Parameter operation: An operation with the same `Value` type, usually the same identifier.
-    /// - Returns: True if `operation` now rides on this operation's work.
-    @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
-        guard operation !== self, let (engine, work) = ownWork(), work.isInFlight else { return false }
-        let priority = OperationPriority(of: operation)
-        let joined = engine.state.withLock { operation.ride(on: work, of: engine, in: &$0, priority: priority) }
-        if joined?.raised == true {
-            engine.applyPriority(of: work)
-        }
-        engine.deliverEvents()
-        return joined != nil
     }
 
     /// The work this operation runs or rides on, in the engine that holds it, while in flight.

@@ -3,7 +3,7 @@ import Foundation
 /// One caller's place in coalesced work, returned by ``OperationQueueManager``'s `enqueue` methods.
 ///
 /// Keep it to withdraw this caller or change its priority later; discard it if you never will.
-public struct CoalescingHandle<Value>: Sendable {
+public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// What `enqueue` did with the caller.
     public enum Admission: Sendable, Equatable {
         /// No identical work was in flight: this caller's operation was added to the queue.
@@ -31,11 +31,11 @@ public struct CoalescingHandle<Value>: Sendable {
         self.slot = slot
     }
 
-    /// Withdraws this caller: its handler receives one `.failure(ConcurrentOperationError.cancelled)`
-    /// unless the result is already on its way, and the other callers are unaffected. When the last
-    /// caller withdraws, the work is cancelled, or runs on if its
+    /// Withdraws this caller: its handler receives one `.failure(CancellationError())` unless the
+    /// result is already on its way, and the other callers are unaffected. When the last caller
+    /// withdraws, the work is cancelled, or runs on if its
     /// ``CoalescibleOperation/abandonedWorkPolicy`` says so. Calling it again does nothing.
-    public func cancel() {
+    public func withdraw() {
         if let engine, let work {
             engine.withdraw(work, slot: slot, reason: .withdrawn)
         }

@@ -9,14 +9,13 @@ import Foundation
 ///
 /// ```swift
 /// final class ThumbnailOperation: ConcurrentOperation<Data>, @unchecked Sendable {
-///     // @unchecked: adds only immutable properties.
 ///     let url: URL
 ///     let loader: ThumbnailLoader
 ///
-///     init(url: URL, loader: ThumbnailLoader, completionHandler: @escaping (Result<Data, Error>) -> Void) {
+///     init(url: URL, loader: ThumbnailLoader, completionHandler: @escaping @Sendable (Result<Data, Error>) -> Void) {
 ///         self.url = url
 ///         self.loader = loader
-///         super.init(callBackQueue: .main, completionHandler: completionHandler)
+///         super.init(completionHandler: completionHandler)
 ///     }
 ///
 ///     override func main() {
@@ -25,21 +24,26 @@ import Foundation
 /// }
 /// ```
 ///
+/// A subclass restates `@unchecked Sendable`: Swift requires it of every subclass of an
+/// `@unchecked Sendable` class, and `Operation` is one, so the compiler cannot check a subclass's
+/// own stored properties. Keep them `let`s of `Sendable` types, as above, and the subclass is as
+/// safe as the library.
+///
 /// ## The result
 /// The first call to ``finish(result:)`` decides the result; later calls are ignored, so work
 /// that completes while the operation is being cancelled cannot call back twice. The completion
 /// handler runs exactly once, on ``callBackQueue``, or on the thread that finished the operation
-/// when ``callBackQueue`` is nil.
+/// when ``callBackQueue`` is nil, the default.
 ///
 /// ## Cancellation
-/// ``cancel()`` decides the result as `.failure(ConcurrentOperationError.cancelled)` and calls
+/// ``cancel()`` decides the result as `.failure(CoalescingError.cancelled)` and calls
 /// the handler at once. If the queue has not started the operation yet, the operation itself only
 /// reports `isFinished` when the queue starts it (without calling ``main()``): Foundation's queues
 /// break when a queued operation finishes before they have started it.
 ///
-/// All callers receive the same `Value` instance. If `Value` is a class with mutable state, making
-/// it safe to share between their queues is up to you.
-open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
+/// All callers receive the same `Value` instance, on their own queues: `Value` is `Sendable`, so
+/// the compiler checks that sharing it is safe.
+open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable {
     // @unchecked: every mutable property lives in `lifecycle`, guarded by its lock; the rest is `let`.
 
     /// The queue the completion handler runs on; nil runs it on the thread that finishes the
@@ -52,12 +56,14 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - callBackQueue: The queue to call `completionHandler` on. The default, nil, calls it on
-    ///     the thread that finishes the operation.
+    ///     the thread that finishes the operation, with no queue hop.
     ///   - completionHandler: Called exactly once: with the result given to ``finish(result:)``,
-    ///     or with `.failure(ConcurrentOperationError.cancelled)` after ``cancel()``.
+    ///     or with `.failure(CoalescingError.cancelled)` after ``cancel()``. `@Sendable`, since it
+    ///     runs on another thread: the compiler checks what it captures. Nil for an operation
+    ///     whose callers come another way.
     @inlinable public init(
         callBackQueue: OperationQueue? = nil,
-        completionHandler: ((Result<Value, Error>) -> Void)? = nil
+        completionHandler: (@Sendable (Result<Value, Error>) -> Void)? = nil
     ) {
         // Inlinable, so that it is specialized in the caller's module: generic, it cost every
         // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
@@ -145,16 +151,28 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         }
     }
 
+    /// Reports how far the work has got, from any thread, as often as it likes: every caller that
+    /// asked for progress receives it on its own queue, the latest value winning when updates
+    /// come faster than a caller takes them, and always before the result (Guarantees 24 to 27).
+    /// Ignored once the result is decided, and by an operation that joined other work.
+    ///
+    /// - Parameter progress: How far the work has got.
+    public final func report(progress: WorkProgress) {
+        if let (engine, work) = ownWork() {
+            engine.report(progress, for: work)
+        }
+    }
+
     /// Cancels the operation: every caller still waiting receives
-    /// `.failure(ConcurrentOperationError.cancelled)`, once.
+    /// `.failure(CoalescingError.cancelled)`, once.
     ///
     /// - Before the queue starts the operation, this only decides the result; the queue then
     ///   starts it, and it finishes without calling ``main()``.
     /// - While executing, the operation finishes at once; a later ``finish(result:)`` from the
     ///   work is ignored. Override to stop the work too (cancel a data task), and call `super`.
     /// - After the operation finished, this does nothing.
-    /// - For a ``CoalescibleOperation`` that was absorbed into another operation, this withdraws
-    ///   its caller only; see ``CoalescibleOperation``.
+    /// - For a ``CoalescibleOperation`` that joined other work, this withdraws its caller only,
+    ///   which hears `CancellationError`; see ``CoalescibleOperation``.
     open override func cancel() {
         guard let (engine, work) = ownWork() else {
             if case .riding(let engine, let work, let slot, _) = lifecycle.withLock({ $0 }) {
@@ -167,7 +185,7 @@ open class ConcurrentOperation<Value>: Operation, @unchecked Sendable {
         // `super.cancel()` makes an operation that waits on dependencies ready, and its queue may
         // start it at once on another thread, where `start()` must find the work decided. Serving
         // comes after: running work sees `isCancelled` before any caller hears.
-        let effects = engine.state.withLock { $0.end(work, with: .failure($0.cancellation), stopping: false) }
+        let effects = engine.state.withLock { $0.end(work, with: .failure(CoalescingError.cancelled), stopping: false) }
         super.cancel()
         engine.carryOut(effects)
     }
@@ -189,14 +207,3 @@ private enum StartStep {
     case finishedWithoutRunning
     case none
 }
-
-/// The error an operation finishes with when it is cancelled, or when its caller withdraws.
-///
-/// Compare with `==`: `if case .failure(let error) = result, error as? ConcurrentOperationError == .cancelled`.
-public enum ConcurrentOperationError: Error, Equatable, Sendable {
-    /// The work was cancelled, or this caller withdrew before the work finished.
-    case cancelled
-}
-
-/// The name users of the blog pattern know for ``ConcurrentOperationError``.
-public typealias CoalescibleOperationError = ConcurrentOperationError

@@ -11,7 +11,7 @@ import Foundation
 ///
 /// Each transition runs under the operation's own lock, which is only ever taken after the
 /// engine's, never before it.
-@usableFromInline enum Lifecycle<Value> {
+@usableFromInline enum Lifecycle<Value: Sendable> {
     /// Not started. `onQueue` once a manager (or `enqueue(_:)`) added it to a queue, so that it is
     /// never added twice. A fresh operation is `.idle(.own(handler), onQueue: false)`.
     case idle(Link, onQueue: Bool)
@@ -34,6 +34,14 @@ import Foundation
         case work(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int?)
     }
 
+    /// Where the result is decided, while it is not yet: the operation is idle or executing.
+    @usableFromInline var link: Link? {
+        switch self {
+        case .idle(let link, _), .executing(let link): link
+        case .riding, .decidedBeforeStart, .finished: nil
+        }
+    }
+
     /// Whether a manager may take the operation: nobody has.
     @usableFromInline var freshCaller: Caller<Value>?? {
         if case .idle(.own(let caller), onQueue: false) = self { .some(caller) } else { nil }
@@ -42,8 +50,7 @@ import Foundation
 
 /// The engine of the operations no manager holds: on a queue of the app's, or coalesced by hand.
 /// It indexes nothing, so nothing ever joins their work by identifier.
-let unmanaged = Engine<OperationKey>(
-    observer: nil, stallThreshold: nil, cancellation: ConcurrentOperationError.cancelled)
+let unmanaged = Engine<OperationKey>(observer: nil, stallThreshold: nil)
 
 extension Work where Key == OperationKey {
     /// Work for an operation no manager holds: not indexed, its own caller the only one.
@@ -124,33 +131,30 @@ extension ConcurrentOperation {
     /// then takes the same path as any other. Nil for an operation that rides on other work or
     /// whose result is decided.
     @usableFromInline final func ownWork() -> (Engine<OperationKey>, Work<OperationKey, Value>)? {
-        switch lifecycle.withLock({ $0 }) {
-        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
-            return (engine, work)
-        case .riding, .decidedBeforeStart, .finished:
-            return nil
-        case .idle(.own, _), .executing(.own):
-            break
+        // Read before locking, and only for an operation that must adopt work: the getters are
+        // overridable, and no user code runs under a lock.
+        var adopting: (policy: AbandonedWorkPolicy, floor: OperationPriority)?
+        if case .own? = lifecycle.withLock({ $0.link }) {
+            adopting = (
+                (self as? CoalescibleOperation<Value>)?.abandonedWorkPolicy ?? .cancel, OperationPriority(of: self)
+            )
         }
-        // Read before locking: the getters are overridable, and no user code runs under a lock.
-        let policy = (self as? CoalescibleOperation<Value>)?.abandonedWorkPolicy ?? .cancel
-        let floor = OperationPriority(of: self)
         return lifecycle.withLock { lifecycle in
-            switch lifecycle {
-            case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)):
-                return (engine, work)
-            case .idle(.own(let own), let onQueue):
-                let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
-                lifecycle = .idle(.work(unmanaged, work, slot: own == nil ? nil : 0), onQueue: onQueue)
-                return (unmanaged, work)
-            case .executing(.own(let own)):
-                let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
-                work.isPriorityFrozen = true
-                lifecycle = .executing(.work(unmanaged, work, slot: own == nil ? nil : 0))
-                return (unmanaged, work)
-            case .riding, .decidedBeforeStart, .finished:
-                return nil
+            guard let link = lifecycle.link else { return nil }
+            guard case .own(let own) = link, let (policy, floor) = adopting else {
+                // Adopted since it was read: a link never goes back to `.own`.
+                if case .work(let engine, let work, _) = link { return (engine, work) }
+                preconditionFailure("ConcurrentOperation: work adopted and dropped")
             }
+            let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
+            let adopted = Lifecycle<Value>.Link.work(unmanaged, work, slot: own == nil ? nil : 0)
+            if case .idle(_, let onQueue) = lifecycle {
+                lifecycle = .idle(adopted, onQueue: onQueue)
+            } else {
+                work.isPriorityFrozen = true
+                lifecycle = .executing(adopted)
+            }
+            return (unmanaged, work)
         }
     }
 

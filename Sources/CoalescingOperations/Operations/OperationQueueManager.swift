@@ -63,8 +63,7 @@ public final class OperationQueueManager: Sendable {
         }
         engine = Engine(
             observer: forward,
-            stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
-            cancellation: ConcurrentOperationError.cancelled)
+            stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
     }
 
     /// What the manager has done since it was created: work started and how it ended, callers who
@@ -75,7 +74,7 @@ public final class OperationQueueManager: Sendable {
 
     // MARK: Enqueuing
 
-    /// Enqueues `operation`, or folds it into identical work already in flight.
+    /// Enqueues `operation`, or makes it a caller of identical work already in flight.
     ///
     /// - If an operation with the same identifier and `Value` type is pending or running, and its
     ///   result is not yet decided, `operation` joins it: it is not queued, and its completion
@@ -83,11 +82,12 @@ public final class OperationQueueManager: Sendable {
     ///   `qualityOfService`, read now, count among the callers' priorities, which the work follows
     ///   while it waits.
     /// - Otherwise `operation` is added to ``queue``.
-    /// - An operation that is not fresh (already enqueued here or in another manager, absorbed,
-    ///   started, finished or cancelled) is left as it is and reported as ``CoalescingHandle/Admission/ignored``:
-    ///   it is never added twice, its handler still runs exactly once, and the handle controls
-    ///   nothing. One cancelled before it was ever enqueued is handed to ``queue``, which finishes
-    ///   it at once without running it, so that operations depending on it do not wait forever.
+    /// - An operation that is not fresh (already enqueued here or in another manager, joined to
+    ///   other work, started, finished or cancelled) is left as it is and reported as
+    ///   ``CoalescingHandle/Admission/ignored``: it is never added twice, its handler still runs
+    ///   exactly once, and the handle controls nothing. One cancelled before it was ever enqueued
+    ///   is handed to ``queue``, which finishes it at once without running it, so that operations
+    ///   depending on it do not wait forever.
     ///
     /// - Parameters:
     ///   - operation: A new operation.
@@ -95,13 +95,18 @@ public final class OperationQueueManager: Sendable {
     ///     withdrawn and receives `.failure(CoalescingError.timedOut)`; nil, the default, waits for
     ///     the work however long it takes, and costs nothing. Zero or less withdraws the caller at
     ///     once; about 292 years or more never passes.
-    /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
+    ///   - progress: Receives the work's progress for the operation's own caller, on its
+    ///     `callBackQueue`: the latest value at once if the work has reported any, then what
+    ///     follows, the latest winning when updates come faster, always before the result
+    ///     (Guarantees 24 to 27). Nil, the default, costs nothing.
+    /// - Returns: A handle whose ``CoalescingHandle/withdraw()`` withdraws this caller only.
     @inlinable @discardableResult  // Specialized in the caller's module: see BENCHMARKS.md.
-    public func enqueue<Value>(operation: CoalescibleOperation<Value>, timeout: Duration? = nil) -> CoalescingHandle<
-        Value
-    > {
-        let admitted = admit(operation, then: nil)
-        return launched(operation, admitted, timeout: timeout)
+    public func enqueue<Value>(
+        operation: CoalescibleOperation<Value>, timeout: Duration? = nil,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil
+    ) -> CoalescingHandle<Value> {
+        let watcher = progress.map { Watcher(queue: operation.callBackQueue, onProgress: $0) }
+        return launched(operation, admit(operation, watching: watcher, then: nil), timeout: timeout)
     }
 
     /// Joins identical work in flight with a completion handler alone, or starts new work built by
@@ -112,103 +117,145 @@ public final class OperationQueueManager: Sendable {
     /// and only when no work with this identifier and `Value` type is in flight.
     ///
     /// ```swift
-    /// manager.enqueue(identifier: "user", callBackQueue: .main, makeOperation: { UserFetchOperation(service: service) }) {
-    ///     result in print(result)
+    /// manager.enqueue(identifier: "user", makeOperation: { UserFetchOperation(service: service) }) { result in
+    ///     print(result)
     /// }
     /// ```
     ///
+    /// The handler is `@Sendable`: the library calls it on another thread, so the compiler checks
+    /// what it captures. Code on the main actor uses
+    /// ``enqueue(identifier:priority:timeout:makeOperation:progress:onMainActor:)`` instead.
+    ///
     /// - Parameters:
     ///   - identifier: The identifier of the operations `makeOperation` builds.
-    ///   - callBackQueue: Where `completionHandler` runs; nil runs it on the thread that settles
-    ///     the work. Defaults to `OperationQueue.current ?? .main`.
+    ///   - callBackQueue: Where `completionHandler` runs; nil, the default, runs it on the thread
+    ///     that finishes the work, with no queue hop.
     ///   - priority: How urgent this caller is; the work follows its most urgent caller while it
     ///     waits. Nil, the default, asks for nothing. ``CoalescingHandle/setPriority(_:)`` changes
     ///     it later.
-    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:progress:)``.
     ///   - makeOperation: Builds the operation that runs the work, usually with
-    ///     ``CoalescibleOperation/init(identifier:)``. It is enqueued as by
-    ///     ``enqueue(operation:timeout:)``: if it has a completion handler of its own, that handler
-    ///     is one more caller.
-    ///   - completionHandler: Called exactly once with the shared result, or with
-    ///     `.failure(ConcurrentOperationError.cancelled)` or `.failure(CoalescingError.timedOut)`.
-    /// - Returns: A handle whose ``CoalescingHandle/cancel()`` withdraws this caller only.
+    ///     ``CoalescibleOperation/init(identifier:callBackQueue:completionHandler:)`` and no handler.
+    ///     It is enqueued as by ``enqueue(operation:timeout:progress:)``: if it has a completion handler of
+    ///     its own, that handler is one more caller.
+    ///   - progress: Receives the work's progress on `callBackQueue`; see
+    ///     ``enqueue(operation:timeout:progress:)``.
+    ///   - completionHandler: Called exactly once with the shared result, or with a failure: see
+    ///     ``CoalescingError``.
+    /// - Returns: A handle whose ``CoalescingHandle/withdraw()`` withdraws this caller only.
     @inlinable @discardableResult public func enqueue<Value>(
         identifier: String,
-        callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
+        callBackQueue: OperationQueue? = nil,
         priority: OperationPriority? = nil,
         timeout: Duration? = nil,
         makeOperation: () -> CoalescibleOperation<Value>,
-        completionHandler: @escaping (Result<Value, Error>) -> Void
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
+        completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
     ) -> CoalescingHandle<Value> {
-        let caller = Caller<Value>.handler(completionHandler, queue: callBackQueue)
-        let handle = arrive(identifier: identifier, caller, priority: priority, timeout: timeout, makeOperation)
-        if handle.work == nil {
-            caller.tell(.failure(ConcurrentOperationError.cancelled))
-        }
-        return handle
+        let newcomer = Newcomer(
+            .handler(completionHandler, queue: callBackQueue), urgency: priority.map(Urgency.init),
+            watcher: progress.map { Watcher(queue: callBackQueue, onProgress: $0) })
+        return arrive(identifier, newcomer, timeout, makeOperation)
     }
 
-    /// Adds an operation to ``queue``; a ``CoalescibleOperation`` is coalesced as by
-    /// ``enqueue(operation:timeout:)``.
+    /// Joins identical work in flight, or starts new work built by `makeOperation`, and calls
+    /// `completionHandler` on the main actor: the form for view models and view controllers.
     ///
-    /// An operation that is already finished or executing is ignored rather than handed to
-    /// Foundation, which would stop the program. So is a ``ConcurrentOperation`` that was already
-    /// enqueued by a manager. (An operation of another class that you added to some queue yourself
-    /// cannot be recognised; Foundation stops the program if it is added again.)
+    /// ```swift
+    /// @MainActor final class ProfileViewModel {
+    ///     var profile: Profile?
     ///
-    /// - Parameter operation: Any operation.
-    public func enqueue(_ operation: Operation) {
-        if let coalescible = operation as? any ManagerEnqueueable {
-            coalescible.enqueue(on: self)
-        } else if let concurrent = operation as? any QueueClaimable {
-            if concurrent.claimForQueue() != nil {
-                queue.addOperation(operation)
-            }
-        } else if !operation.isFinished && !operation.isExecuting {
-            queue.addOperation(operation)
+    ///     func load() {
+    ///         manager.enqueue(identifier: "profile") { ProfileFetchOperation(api: api) } onMainActor: { result in
+    ///             self.profile = try? result.get()
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// The handler is isolated to the main actor, so the compiler lets it touch main-actor state
+    /// and checks everything else it captures. The result is handed to the main actor as a job of
+    /// its own, which runs once the main actor is free: in an app, at the next turn of the main
+    /// run loop (see <doc:CallbackQueues> for command-line programs).
+    ///
+    /// - Parameters:
+    ///   - identifier: The identifier of the operations `makeOperation` builds.
+    ///   - priority: How urgent this caller is; see
+    ///     ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:progress:completionHandler:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:progress:)``.
+    ///   - makeOperation: Builds the operation that runs the work; called at most once, and only
+    ///     when no identical work is in flight.
+    ///   - progress: Receives the work's progress on the main actor, before the result; see
+    ///     ``enqueue(operation:timeout:progress:)``.
+    ///   - completionHandler: Called exactly once, on the main actor, with the shared result or a
+    ///     failure: see ``CoalescingError``.
+    /// - Returns: A handle whose ``CoalescingHandle/withdraw()`` withdraws this caller only.
+    @inlinable @discardableResult public func enqueue<Value>(
+        identifier: String,
+        priority: OperationPriority? = nil,
+        timeout: Duration? = nil,
+        makeOperation: () -> CoalescibleOperation<Value>,
+        progress: (@MainActor (WorkProgress) -> Void)? = nil,
+        onMainActor completionHandler: @escaping @MainActor (Result<Value, Error>) -> Void
+    ) -> CoalescingHandle<Value> {
+        // Through the runtime rather than `OperationQueue.main`: on Linux that queue may run its
+        // operations off the main thread, where the main actor could not be assumed. Progress is
+        // delivered on the main actor (the watcher's delivery runs there), and this caller's result
+        // is enqueued there after its last progress.
+        let handler: @Sendable (Result<Value, Error>) -> Void = { result in
+            _ = Task { @MainActor in completionHandler(result) }
         }
+        let watcher = progress.map { progress in
+            Watcher(queue: nil, onMainActor: true) { value in MainActor.assumeIsolated { progress(value) } }
+        }
+        let newcomer = Newcomer(.handler(handler, queue: nil), urgency: priority.map(Urgency.init), watcher: watcher)
+        return arrive(identifier, newcomer, timeout, makeOperation)
     }
 
     // MARK: Awaiting
 
-    /// Enqueues `operation` as ``enqueue(operation:timeout:)`` does, and waits for the shared result.
+    /// Enqueues `operation` as ``enqueue(operation:timeout:progress:)`` does, and waits for the shared result.
     ///
-    /// The operation usually has no caller of its own (``CoalescibleOperation/init(identifier:)``);
-    /// if it has a completion handler, that handler is called too. The result reaches this caller
-    /// on whatever thread finishes the work, without a queue hop, so it never depends on a queue
-    /// such as `.main` being serviced.
+    /// The operation usually has no caller of its own; if it has a completion handler, that
+    /// handler is called too. The result reaches this caller on whatever thread finishes the
+    /// work, without a queue hop, and is returned on the caller's actor.
     ///
     /// ```swift
     /// let user = try await manager.value(of: UserFetchOperation(service: service))
     /// ```
     ///
-    /// Cancelling the awaiting task withdraws this caller only (see ``CoalescingHandle/cancel()``):
-    /// the others still receive the result, and the work is cancelled when every caller has left.
+    /// Cancelling the awaiting task withdraws this caller only: the others still receive the
+    /// result, and the work is cancelled when every caller has left.
     ///
     /// - Parameters:
     ///   - operation: A new operation.
-    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:progress:)``.
+    ///   - progress: Receives the work's progress on the thread that reports it, always before
+    ///     this call returns; see ``enqueue(operation:timeout:progress:)``.
     ///   - isolation: The caller's actor, inferred; the result is returned there.
     /// - Returns: The work's value, the same for every caller.
     /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
-    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
-    ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled (through
-    ///   ``cancel(identifier:)``, ``cancelAll()`` or the operation's `cancel()`).
-    public func value<Value: Sendable>(
+    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or ``CoalescingError/cancelled``
+    ///   if the work itself was cancelled (through ``cancel(identifier:)``, ``cancelAll()`` or the
+    ///   operation's `cancel()`).
+    public func value<Value>(
         of operation: CoalescibleOperation<Value>,
         timeout: Duration? = nil,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
         isolation: isolated (any Actor)? = #isolation
     ) async throws -> Value {
         try Task.checkCancellation()
-        let handle = launched(operation, admit(operation, then: (.task(nil, consumes: false), nil)), timeout: timeout)
-        guard let work = handle.work, let slot = handle.slot else { throw ConcurrentOperationError.cancelled }
+        let newcomer = Newcomer<Value>(
+            .task(nil, consumes: false), watcher: progress.map { Watcher(queue: nil, onProgress: $0) })
+        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout)
+        guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
-    /// the shared result. The async form of
-    /// ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``: no operation is
-    /// created while work is in flight.
+    /// the shared result: the async form of
+    /// ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:progress:completionHandler:)``.
+    /// No operation is created while work is in flight.
     ///
     /// ```swift
     /// let user = try await manager.value(identifier: "user", priority: OperationPriority(queuePriority: .high)) {
@@ -221,33 +268,35 @@ public final class OperationQueueManager: Sendable {
     /// - Parameters:
     ///   - identifier: The identifier of the operations `makeOperation` builds.
     ///   - priority: How urgent this caller is; see
-    ///     ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:completionHandler:)``.
-    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:)``.
+    ///     ``enqueue(identifier:callBackQueue:priority:timeout:makeOperation:progress:completionHandler:)``.
+    ///   - timeout: How long this caller waits at most; see ``enqueue(operation:timeout:progress:)``.
+    ///   - progress: Receives the work's progress; see ``value(of:timeout:progress:isolation:)``.
     ///   - isolation: The caller's actor, inferred; the result is returned there.
     ///   - makeOperation: Builds the operation that runs the work; called at most once, and only
     ///     when no identical work is in flight.
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: The work's error; `CancellationError` if the awaiting task was cancelled;
-    ///   ``CoalescingError/timedOut`` if `timeout` passed first; or
-    ///   ``ConcurrentOperationError/cancelled`` if the work itself was cancelled.
-    public func value<Value: Sendable>(
+    /// - Throws: As ``value(of:timeout:progress:isolation:)``.
+    public func value<Value>(
         identifier: String,
         priority: OperationPriority? = nil,
         timeout: Duration? = nil,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
         isolation: isolated (any Actor)? = #isolation,
         makeOperation: () -> CoalescibleOperation<Value>
     ) async throws -> Value {
         try Task.checkCancellation()
-        let handle = arrive(
-            identifier: identifier, .task(nil, consumes: false), priority: priority, timeout: timeout, makeOperation)
-        guard let work = handle.work, let slot = handle.slot else { throw ConcurrentOperationError.cancelled }
+        let newcomer = Newcomer<Value>(
+            .task(nil, consumes: false), urgency: priority.map(Urgency.init),
+            watcher: progress.map { Watcher(queue: nil, onProgress: $0) })
+        let handle = arrive(identifier, newcomer, timeout, makeOperation)
+        guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot)
     }
 
     // MARK: Cancelling and forgetting
 
     /// Cancels the work with `identifier`, of any `Value` type, for all its callers: each receives
-    /// `.failure(ConcurrentOperationError.cancelled)` once. The next operation with this
+    /// `.failure(CoalescingError.cancelled)` once. The next operation with this
     /// identifier starts new work.
     ///
     /// - Parameter identifier: The identifier of the work to cancel.
@@ -259,7 +308,7 @@ public final class OperationQueueManager: Sendable {
     /// Cancels everything on ``queue``, coalesced or not, forgotten work included, for example
     /// when the user logs out.
     ///
-    /// Every caller of coalesced work receives `.failure(ConcurrentOperationError.cancelled)` once.
+    /// Every caller of coalesced work receives `.failure(CoalescingError.cancelled)` once.
     /// Other operations are cancelled through `queue.cancelAllOperations()`, which does nothing for
     /// `OperationQueue.main` on Linux.
     public func cancelAll() {
@@ -283,15 +332,23 @@ public final class OperationQueueManager: Sendable {
 
     // MARK: The one way in
 
+    /// A caller that arrives by itself, or beside an operation in place of the operation's own:
+    /// a handler or a task, how urgent it is, and where its progress goes if it asked for it.
+    @usableFromInline struct Newcomer<Value: Sendable> {
+        @usableFromInline let caller: Caller<Value>
+        @usableFromInline let urgency: Urgency?
+        @usableFromInline let watcher: Watcher?
+
+        @inlinable init(_ caller: Caller<Value>, urgency: Urgency? = nil, watcher: Watcher? = nil) {
+            (self.caller, self.urgency, self.watcher) = (caller, urgency, watcher)
+        }
+    }
+
     /// What admitting an operation decided under the lock.
-    @usableFromInline struct Admitted<Value> {
+    @usableFromInline struct Admitted<Value: Sendable> {
         @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
-        /// The work the operation started or joined, here.
-        @usableFromInline var work: Work<OperationKey, Value>?
-        /// The caller's slot there.
-        @usableFromInline var slot: Int?
-        /// Whether the work must become more urgent.
-        @usableFromInline var raised = false
+        /// The work the caller started or joined here, and its slot there.
+        @usableFromInline var entry: Engine<OperationKey>.Entry<Value>?
         /// Whether the operation must be added to the queue.
         @usableFromInline var queued = false
 
@@ -299,11 +356,12 @@ public final class OperationQueueManager: Sendable {
     }
 
     /// Admits `operation` under the lock: it joins identical work in flight, or starts new work,
-    /// or (not fresh) is left alone; then `caller`, if any, waits for the work it started or
-    /// joined, in place of the operation's own caller.
-    @inlinable func admit<Value>(_ operation: CoalescibleOperation<Value>, then caller: (Caller<Value>, Urgency?)?)
-        -> Admitted<Value>
-    {
+    /// or (not fresh) is left alone; its own caller's progress goes to `watcher`. Then
+    /// `newcomer`, if any, waits for the work it started or joined, in place of the operation's
+    /// own caller.
+    @inlinable func admit<Value>(
+        _ operation: CoalescibleOperation<Value>, watching watcher: Watcher? = nil, then newcomer: Newcomer<Value>?
+    ) -> Admitted<Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let priority = OperationPriority(of: operation)
         let policy = operation.abandonedWorkPolicy
@@ -311,77 +369,70 @@ public final class OperationQueueManager: Sendable {
         return engine.state.withLock { registry in
             var admitted = Admitted<Value>()
             if let work = registry.inFlight(key, as: Value.self),
-                let joined = operation.ride(on: work, of: engine, in: &registry, priority: priority)
+                let joined = operation.ride(on: work, of: engine, in: &registry, priority: priority, watching: watcher)
             {
-                (admitted.admission, admitted.work, admitted.slot, admitted.raised) =
-                    (.joinedWork, work, joined.slot, joined.raised)
+                (admitted.admission, admitted.entry) = (.joinedWork, joined)
             } else if let started = operation.run(
-                as: key, of: engine, in: &registry, priority: priority, policy: policy)
+                as: key, of: engine, in: &registry, priority: priority, policy: policy, watching: watcher)
             {
-                (admitted.admission, admitted.work, admitted.slot, admitted.queued) =
-                    (.startedWork, started.work, started.slot, true)
+                (admitted.admission, admitted.entry, admitted.queued) = (.startedWork, started, true)
             } else if let runs = operation.claimForQueue() {
                 // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
                 (admitted.admission, admitted.queued) = (runs ? .startedWork : .ignored, true)
-            } else if caller != nil, let (owner, work) = operation.work, owner === engine {
+            } else if newcomer != nil, let (owner, work) = operation.work, owner === engine {
                 // Enqueued here before: a caller brought with it waits for the work it runs or rides.
-                (admitted.admission, admitted.work) = (.joinedWork, work)
+                (admitted.admission, admitted.entry) = (.joinedWork, Engine.Entry(work))
             }
-            if let (caller, urgency) = caller, let work = admitted.work {
-                let slot = registry.join(work, caller)
-                admitted.slot = slot
-                admitted.raised = (urgency.map { work.demand($0, from: slot) } ?? false) || admitted.raised
+            if let newcomer, let entry = admitted.entry {
+                let (slot, raised) = registry.join(
+                    entry.work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
+                admitted.entry = Engine.Entry(
+                    entry.work, slot: slot, started: entry.started, raised: entry.raised || raised,
+                    watcher: newcomer.watcher)
             }
             return admitted
         }
     }
 
     /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
-    /// `makeOperation` starts or joins.
+    /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
+    /// was cancelled.
     @inlinable func arrive<Value>(
-        identifier: String, _ caller: Caller<Value>, priority: OperationPriority?, timeout: Duration?,
+        _ identifier: String, _ newcomer: Newcomer<Value>, _ timeout: Duration?,
         _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
-        let urgency = priority.map(Urgency.init)
-        var joined: (work: Work<OperationKey, Value>, slot: Int, raised: Bool)?
-        engine.state.withLock { registry in
-            guard let work = registry.inFlight(key, as: Value.self) else { return }
-            let slot = registry.join(work, caller)
-            joined = (work, slot, urgency.map { work.demand($0, from: slot) } ?? false)
+        let joined = engine.state.withLock { registry -> Engine<OperationKey>.Entry<Value>? in
+            guard let work = registry.inFlight(key, as: Value.self) else { return nil }
+            let (slot, raised) = registry.join(
+                work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
+            return Engine.Entry(work, slot: slot, raised: raised, watcher: newcomer.watcher)
         }
-        if let (work, slot, raised) = joined {
+        if let joined {
             var admitted = Admitted<Value>()
-            (admitted.admission, admitted.work, admitted.slot, admitted.raised) = (.joinedWork, work, slot, raised)
+            (admitted.admission, admitted.entry) = (.joinedWork, joined)
             return launched(nil, admitted, timeout: timeout)
         }
         let operation = makeOperation()
-        return launched(operation, admit(operation, then: (caller, urgency)), timeout: timeout)
+        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout)
+        if handle.work == nil, case .handler = newcomer.caller {
+            newcomer.caller.tell(.failure(CoalescingError.cancelled))
+        }
+        return handle
     }
 
-    /// Carries out an admission once the lock is released: queues the operation, watches the work
-    /// for stalls, arms the caller's timeout and raises the work's priority.
+    /// Carries out an admission once the lock is released: queues the operation, then what
+    /// follows every arrival (``Engine/follow(_:timeout:)``).
     @inlinable func launched<Value>(
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued {
             queue.addOperation(operation)
         }
-        guard let work = admitted.work else {
-            engine.deliverEvents()
-            return CoalescingHandle(admitted.admission, engine: nil, work: nil, slot: nil)
-        }
-        if admitted.admission == .startedWork {
-            engine.watchForStall(work)
-        }
-        if let timeout {
-            engine.withdraw(work, slot: admitted.slot, after: timeout)
-        }
-        if admitted.raised {
-            engine.applyPriority(of: work)
-        }
-        engine.deliverEvents()
-        return CoalescingHandle(admitted.admission, engine: engine, work: work, slot: admitted.slot)
+        engine.follow(admitted.entry, timeout: timeout)
+        let entry = admitted.entry
+        return CoalescingHandle(
+            admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.slot)
     }
 
     /// How many callers wait for the work in flight for `identifier` and `valueType`; for tests.
@@ -397,8 +448,8 @@ extension CoalescibleOperation {
     /// work's result reaches it. Nil if it is not fresh.
     @inlinable final func ride(
         on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
-        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority
-    ) -> (slot: Int, raised: Bool)? {
+        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority, watching watcher: Watcher?
+    ) -> Engine<OperationKey>.Entry<Value>? {
         let slot = work.callers.entries.count
         let fresh = lifecycle.withLock { lifecycle -> Caller<Value>?? in
             guard let own = lifecycle.freshCaller else { return nil }
@@ -406,16 +457,18 @@ extension CoalescibleOperation {
             return .some(own)
         }
         guard let own = fresh else { return nil }
-        let joined = registry.join(work, .operation(self, waits: own != nil))
-        return (joined, work.demand(Urgency(priority), from: joined))
+        let watcher = own == nil ? nil : watcher
+        let joined = registry.join(
+            work, .operation(self, waits: own != nil), asking: Urgency(priority), watching: watcher)
+        return Engine.Entry(work, slot: joined.slot, raised: joined.raised, watcher: watcher)
     }
 
     /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
     /// wait for it. Nil if it is not fresh.
     @inlinable final func run(
         as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
-        priority: OperationPriority, policy: AbandonedWorkPolicy
-    ) -> (work: Work<OperationKey, Value>, slot: Int?)? {
+        priority: OperationPriority, policy: AbandonedWorkPolicy, watching watcher: Watcher?
+    ) -> Engine<OperationKey>.Entry<Value>? {
         let work = Work<OperationKey, Value>(
             key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
             timed: registry.events != nil)
@@ -426,8 +479,8 @@ extension CoalescibleOperation {
         }
         guard let own else { return nil }
         registry.start(work)
-        guard let own else { return (work, nil) }
-        return (work, registry.join(work, own))
+        let slot = own.map { registry.join(work, $0, asking: nil, watching: watcher).slot }
+        return Engine.Entry(work, slot: slot, started: true, watcher: slot == nil ? nil : watcher)
     }
 }
 
@@ -443,23 +496,3 @@ extension CoalescibleOperation {
 
     @usableFromInline var description: String { identifier }
 }
-
-/// An operation that knows how to enter an ``OperationQueueManager`` whatever its `Value` type,
-/// so that `enqueue(_:)` can coalesce a ``CoalescibleOperation`` it only sees as an `Operation`.
-protocol ManagerEnqueueable: Operation {
-    func enqueue(on manager: OperationQueueManager)
-}
-
-extension CoalescibleOperation: ManagerEnqueueable {
-    func enqueue(on manager: OperationQueueManager) {
-        manager.enqueue(operation: self)
-    }
-}
-
-/// An operation that a manager claims before adding it to its queue, so that it is never added
-/// twice.
-protocol QueueClaimable: Operation {
-    func claimForQueue() -> Bool?
-}
-
-extension ConcurrentOperation: QueueClaimable {}

@@ -8,7 +8,7 @@
 /// let profiles = InFlightTaskCoalescer<String, Profile>()
 ///
 /// func profile(id: String) async throws -> Profile {
-///     try await profiles.deduplicated(key: id, name: "profile \(id)", timeout: .seconds(5)) {
+///     try await profiles.value(key: id, name: "profile \(id)", timeout: .seconds(5)) {
 ///         try await api.fetchProfile(id: id)
 ///     }
 /// }
@@ -55,8 +55,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil
     ) {
         engine = Engine(
-            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
-            cancellation: CancellationError())
+            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
     }
 
     /// Returns the result of the work in flight for `key`, starting `operation` if there is none.
@@ -73,6 +72,10 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     starts it: ``AbandonedWorkPolicy/cancel`` (the default) or
     ///     ``AbandonedWorkPolicy/runToCompletion``, for a write or an upload that must finish.
     ///     Ignored when this caller joins work in flight.
+    ///   - progress: Receives the work's progress, on the thread that reports it: the latest value
+    ///     at once if the work has reported any, then what follows, the latest winning when updates
+    ///     come faster, always before this call returns (Guarantees 24 to 27). The work reports
+    ///     through ``ProgressReporter/current``. Nil, the default, costs nothing.
     ///   - operation: The work. Runs in a detached task of its own, so it outlives any one caller
     ///     and sees none of its task-local values; it sees `Task.isCancelled` when it was
     ///     cancelled or abandoned.
@@ -80,18 +83,19 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
     ///   ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable public func deduplicated(
+    @inlinable public func value(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
         timeout: Duration? = nil,
         whenAbandoned: AbandonedWorkPolicy = .cancel,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
         let arrival = engine.arrive(
             key: key, as: .plain, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
-            operation: operation)
+            progress: progress, operation: operation)
         guard case .waiting(let work, let slot, let priority) = arrival else {
             preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }

@@ -3,7 +3,7 @@
 ///
 /// Start fetching early (say, during a splash screen) with
 /// ``prefetch(key:priority:name:timeout:whenAbandoned:operation:)``; when the screen appears,
-/// ``deduplicated(key:priority:name:timeout:whenAbandoned:operation:)`` takes the result if it is
+/// ``value(key:priority:name:timeout:whenAbandoned:progress:operation:)`` takes the result if it is
 /// ready, or joins the prefetch still in flight:
 ///
 /// ```swift
@@ -12,18 +12,18 @@
 /// // Splash screen: keep fetching even if the splash screen's task is cancelled.
 /// Task { try await feed.prefetch(key: .explore, whenAbandoned: .runToCompletion) { try await api.exploreFeed() } }
 /// // Feed screen, moments later: no second request.
-/// let explore = try await feed.deduplicated(key: .explore) { try await api.exploreFeed() }
+/// let explore = try await feed.value(key: .explore) { try await api.exploreFeed() }
 /// ```
 ///
 /// The rules:
 /// - Only a prefetch stores a result, and it stores it for one consumer: the first call to
-///   `deduplicated` takes it; the next starts new work.
+///   `value` takes it; the next starts new work.
 /// - A consumer that joins a prefetch in flight takes its result then, and nothing is stored; if
 ///   it withdraws first (its task cancelled or its timeout passed), the result is stored for the
 ///   next consumer.
 /// - A prefetch that joins other work in flight makes that work a prefetch. The result is stored
 ///   whichever prefetchers withdraw, as long as the work ends with a value.
-/// - `deduplicated` never stores its own result: coalescing is not caching.
+/// - `value` never stores its own result: coalescing is not caching.
 /// - A stored result expires `prefetchTimeout` after it arrived, and is released at the next call
 ///   to the coalescer.
 /// - ``cancel(key:)`` cancels the work in flight and drops the stored result; ``forget(key:)``
@@ -54,7 +54,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ) {
         engine = Engine(
             observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
-            cancellation: CancellationError(), prefetchTimeout: prefetchTimeout)
+            prefetchTimeout: prefetchTimeout)
     }
 
     /// Creates a coalescer that reads the time from `now`, so that tests can move it.
@@ -64,9 +64,7 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil
     ) {
         engine = Engine(
-            observer: observer, stallThreshold: nil, cancellation: CancellationError(),
-            prefetchTimeout: prefetchTimeout,
-            now: now)
+            observer: observer, stallThreshold: nil, prefetchTimeout: prefetchTimeout, now: now)
     }
 
     /// Returns the prefetched result for `key` if one is waiting, or the result of the work in
@@ -84,22 +82,25 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///     negative passes at once; longer than anything schedulable (about 292 years), never.
     ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call
     ///     starts it. Ignored when this caller joins work in flight.
+    ///   - progress: Receives the work's progress, as for ``InFlightTaskCoalescer``'s
+    ///     ``InFlightTaskCoalescer/value(key:priority:name:timeout:whenAbandoned:progress:operation:)``.
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Returns: The value, the same for every caller of the same work.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
     ///   work was cancelled; or ``CoalescingError/timedOut`` if `timeout` passed first.
-    @inlinable public func deduplicated(
+    @inlinable public func value(
         key: Key,
         priority: TaskPriority? = nil,
         name: String? = nil,
         timeout: Duration? = nil,
         whenAbandoned: AbandonedWorkPolicy = .cancel,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
         let arrival = engine.arrive(
             key: key, as: .consumer, priority: priority, name: name, timeout: timeout,
-            whenAbandoned: whenAbandoned, operation: operation)
+            whenAbandoned: whenAbandoned, progress: progress, operation: operation)
         switch arrival {
         case .waiting(let work, let slot, let priority):
             return try await engine.wait(for: work, in: slot, arrivedAt: priority)

@@ -19,25 +19,29 @@ extension Engine {
         name: String?,
         timeout: Duration?,
         whenAbandoned: AbandonedWorkPolicy,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
         operation: @escaping @Sendable () async throws -> Value
     ) -> TaskArrival<Key, Value> {
+        let watcher = progress.map { Watcher(queue: nil, onProgress: $0) }
         let callerPriority = Task.currentPriority
         let caller = Caller<Value>.task(nil, consumes: role == .consumer)
         // Returned rather than captured: a `var` the closure mutates may cost an allocation.
-        let (arrival, started, raised) = state.withLock { registry -> (TaskArrival<Key, Value>, Bool, Bool) in
+        let (arrival, entry) = state.withLock { registry -> (TaskArrival<Key, Value>, Entry<Value>?) in
             if role != .plain, registry.nextExpiry != nil {
                 if role == .consumer, let value = registry.takeStored(key, as: Value.self) {
-                    return (.taken(value), false, false)
+                    return (.taken(value), nil)
                 }
                 if role == .prefetcher, registry.hasStored(key) {
-                    return (.alreadyStored, false, false)
+                    return (.alreadyStored, nil)
                 }
             }
             if let work = registry.inFlight(key, as: Value.self) {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
-                let slot = registry.join(work, caller)
-                let raised = work.demand(Urgency(callerPriority), from: slot)
-                return (.waiting(work, slot: slot, priority: callerPriority), false, raised)
+                let (slot, raised) = registry.join(work, caller, asking: Urgency(callerPriority), watching: watcher)
+                return (
+                    .waiting(work, slot: slot, arrivedAt: callerPriority),
+                    Entry(work, slot: slot, raised: raised, watcher: watcher)
+                )
             }
             let startPriority = priority ?? callerPriority
             let work = Work<Key, Value>(
@@ -45,10 +49,10 @@ extension Engine {
                 timed: registry.events != nil)
             work.isPrefetch = role == .prefetcher
             registry.start(work)
-            let slot = registry.join(work, caller)
+            let slot = registry.join(work, caller, asking: nil, watching: watcher).slot
             work.attach(
                 .task(
-                    Self.startTask(name: name, priority: startPriority) { [self] in
+                    startTask(for: work, name: name, priority: startPriority) { [self] in
                         let result: Result<Value, Error>
                         do {
                             result = .success(try await operation())
@@ -57,42 +61,36 @@ extension Engine {
                         }
                         settle(work, with: result)
                     }))
-            return (.waiting(work, slot: slot, priority: callerPriority), true, false)
+            return (
+                .waiting(work, slot: slot, arrivedAt: callerPriority),
+                Entry(work, slot: slot, started: true, watcher: watcher)
+            )
         }
-        if case .waiting(let work, let slot, _) = arrival {
-            if started {
-                watchForStall(work)
-            }
-            // Only a caller that asked for a deadline pays for one.
-            if let timeout {
-                withdraw(work, slot: slot, after: timeout)
-            }
-            if raised {
-                applyPriority(of: work)
-            }
-        }
-        deliverEvents()
+        follow(entry, timeout: timeout)
         return arrival
     }
 
     /// Starts the work in a task of its own. Detached, so that it inherits none of the starting
     /// caller's task-local values (a request ID, a trace span, credentials): its context is
-    /// nobody's in particular. It keeps the starting priority, raised as callers join.
-    @usableFromInline static func startTask(
-        name: String?, priority: TaskPriority, operation: sending @escaping () async -> Void
+    /// nobody's in particular. It keeps the starting priority, raised as callers join, and reports
+    /// its progress through ``ProgressReporter/current``.
+    @usableFromInline func startTask(
+        for work: AnyWork<Key>, name: String?, priority: TaskPriority, operation: @escaping @Sendable () async -> Void
     ) -> Task<Void, Never> {
+        let reporter = ProgressReporter { [self] in report($0, for: work) }
+        let operation = { @Sendable in await ProgressReporter.$bound.withValue(reporter, operation: operation) }
         #if compiler(>=6.2)
-        Task.detached(name: name, priority: priority, operation: operation)
+        return Task.detached(name: name, priority: priority, operation: operation)
         #else
-        Task.detached(priority: priority, operation: operation)
+        return Task.detached(priority: priority, operation: operation)
         #endif
     }
 }
 
 /// How a task caller arrived.
-@usableFromInline enum TaskArrival<Key: Hashable & Sendable, Value> {
-    /// The caller started or joined `work` and has a slot in it; it arrived at `priority`.
-    case waiting(Work<Key, Value>, slot: Int, priority: TaskPriority)
+@usableFromInline enum TaskArrival<Key: Hashable & Sendable, Value: Sendable> {
+    /// The caller started or joined work and has a slot in it; it arrived at `arrivedAt`.
+    case waiting(Work<Key, Value>, slot: Int, arrivedAt: TaskPriority)
     /// A consumer took the prefetched value; nothing to wait for.
     case taken(Value)
     /// A prefetcher found a result already stored; nothing to do.

@@ -55,17 +55,17 @@ public final class QuestionsDataManager: Sendable {
     ///
     /// - Parameters:
     ///   - page: The page number, from 1.
-    ///   - callBackQueue: Where `completionHandler` runs; nil runs it on the thread that finishes
-    ///     the fetch. Defaults to the current queue, or `.main`.
+    ///   - callBackQueue: Where `completionHandler` runs; nil, the default, runs it on the thread
+    ///     that finishes the fetch.
     ///   - completionHandler: Called once with the page; a `URLError`; a ``NetworkingError``; or
-    ///     `ConcurrentOperationError.cancelled`.
+    ///     a `CoalescingError` or `CancellationError`.
     /// - Returns: A handle that withdraws this caller only; when every caller has withdrawn, the
     ///   data task is cancelled.
     @discardableResult
     public func fetchQuestions(
         page: Int = 1,
-        callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
-        completionHandler: @escaping (Result<QuestionPage, Error>) -> Void
+        callBackQueue: OperationQueue? = nil,
+        completionHandler: @escaping @Sendable (Result<QuestionPage, Error>) -> Void
     ) -> CoalescingHandle<QuestionPage> {
         let url = url(page: page)
         return queueManager.enqueue(

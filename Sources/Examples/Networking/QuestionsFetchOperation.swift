@@ -18,40 +18,27 @@ public final class QuestionsFetchOperation: CoalescibleOperation<QuestionPage>, 
     private let lock = NSLock()
     private var dataTask: URLSessionDataTask?
 
-    /// Creates a fetch whose caller is `completionHandler`.
+    /// Creates a fetch whose caller, if any, is `completionHandler`.
     ///
     /// - Parameters:
     ///   - url: The page to fetch; also the operation's identifier.
     ///   - session: The session that runs the data task.
     ///   - onRequest: Called when the request is sent, for logging or metrics.
-    ///   - callBackQueue: Where `completionHandler` runs.
+    ///   - callBackQueue: Where `completionHandler` runs; nil runs it where the fetch finishes.
     ///   - completionHandler: Called once with the page; a transport error (`URLError`); a
-    ///     ``NetworkingError``; or `ConcurrentOperationError.cancelled`.
+    ///     ``NetworkingError``; or a `CoalescingError` or `CancellationError`. Nil for a fetch
+    ///     whose callers come through the manager's `value` or `identifier:` methods.
     public init(
         url: URL,
         session: URLSession,
         onRequest: @escaping @Sendable (URL) -> Void = { _ in },
-        callBackQueue: OperationQueue = OperationQueue.current ?? .main,
-        completionHandler: @escaping (Result<QuestionPage, Error>) -> Void
+        callBackQueue: OperationQueue? = nil,
+        completionHandler: (@Sendable (Result<QuestionPage, Error>) -> Void)? = nil
     ) {
         self.url = url
         self.session = session
         self.onRequest = onRequest
         super.init(identifier: url.absoluteString, callBackQueue: callBackQueue, completionHandler: completionHandler)
-    }
-
-    /// Creates a fetch with no caller of its own, for `OperationQueueManager.value(of:)` and the
-    /// manager's closure-based `enqueue`.
-    ///
-    /// - Parameters:
-    ///   - url: The page to fetch; also the operation's identifier.
-    ///   - session: The session that runs the data task.
-    ///   - onRequest: Called when the request is sent, for logging or metrics.
-    public init(url: URL, session: URLSession, onRequest: @escaping @Sendable (URL) -> Void = { _ in }) {
-        self.url = url
-        self.session = session
-        self.onRequest = onRequest
-        super.init(identifier: url.absoluteString)
     }
 
     /// Starts the data task; its completion finishes the operation.

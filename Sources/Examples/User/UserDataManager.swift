@@ -20,15 +20,15 @@ public final class UserDataManager: Sendable {
     /// Fetches the user, joining a fetch already in flight.
     ///
     /// - Parameters:
-    ///   - callBackQueue: Where `completionHandler` runs; nil runs it on the thread that finishes
-    ///     the fetch. Defaults to the current queue, or `.main`.
-    ///   - completionHandler: Called once with the user, an error, or
-    ///     `ConcurrentOperationError.cancelled`.
+    ///   - callBackQueue: Where `completionHandler` runs; nil, the default, runs it on the thread
+    ///     that finishes the fetch.
+    ///   - completionHandler: Called once with the user, the fetch's error, or a `CoalescingError`
+    ///     or `CancellationError`.
     /// - Returns: A handle that withdraws this caller only.
     @discardableResult
     public func fetchUser(
-        callBackQueue: OperationQueue? = OperationQueue.current ?? .main,
-        completionHandler: @escaping (Result<User, Error>) -> Void
+        callBackQueue: OperationQueue? = nil,
+        completionHandler: @escaping @Sendable (Result<User, Error>) -> Void
     ) -> CoalescingHandle<User> {
         queueManager.enqueue(
             identifier: UserFetchOperation.identifier, callBackQueue: callBackQueue,

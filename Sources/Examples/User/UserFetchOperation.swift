@@ -5,36 +5,28 @@ import Foundation
 /// coalesce while one is in flight: the tab bar, the profile header and the notification badge
 /// asking at launch cost one fetch.
 public final class UserFetchOperation: CoalescibleOperation<User>, @unchecked Sendable {
-    // @unchecked: adds only an immutable service to CoalescibleOperation.
+    // @unchecked: restated as Swift requires of an `Operation` subclass; adds only an immutable
+    // service to CoalescibleOperation.
 
     /// The identifier shared by every user fetch.
     public static let identifier = "UserFetchOperation"
 
     private let service: UserService
 
-    /// Creates a fetch whose caller is `completionHandler`.
+    /// Creates a fetch whose caller, if any, is `completionHandler`.
     ///
     /// - Parameters:
     ///   - service: Loads the user.
-    ///   - callBackQueue: Where `completionHandler` runs.
-    ///   - completionHandler: Called once with the user, an error, or
-    ///     `ConcurrentOperationError.cancelled`.
+    ///   - callBackQueue: Where `completionHandler` runs; nil runs it where the fetch finishes.
+    ///   - completionHandler: Called once with the user or a failure (see `CoalescingError`); nil
+    ///     for a fetch whose callers come through the manager's `value` or `identifier:` methods.
     public init(
         service: UserService,
-        callBackQueue: OperationQueue = OperationQueue.current ?? .main,
-        completionHandler: @escaping (Result<User, Error>) -> Void
+        callBackQueue: OperationQueue? = nil,
+        completionHandler: (@Sendable (Result<User, Error>) -> Void)? = nil
     ) {
         self.service = service
         super.init(identifier: Self.identifier, callBackQueue: callBackQueue, completionHandler: completionHandler)
-    }
-
-    /// Creates a fetch with no caller of its own, for `OperationQueueManager.value(of:)` and the
-    /// manager's closure-based `enqueue`.
-    ///
-    /// - Parameter service: Loads the user.
-    public init(service: UserService) {
-        self.service = service
-        super.init(identifier: Self.identifier)
     }
 
     /// Loads the user and finishes with the result.

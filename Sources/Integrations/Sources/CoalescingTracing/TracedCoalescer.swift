@@ -19,7 +19,7 @@ import Tracing
 /// let profiles = TracedCoalescer<String, String>(name: "load profile")
 ///
 /// func profile(id: String) async throws -> String {
-///     try await profiles.deduplicated(key: id, timeout: .seconds(2)) { workContext in
+///     try await profiles.value(key: id, timeout: .seconds(2)) { workContext in
 ///         "profile \(id)"  // runs with `workContext` as `ServiceContext.current`
 ///     }
 /// }
@@ -61,9 +61,10 @@ public final class TracedCoalescer<Key: Hashable & Sendable, Value: Sendable>: S
     ///   - operation: The work, handed its span's context, which is also its `ServiceContext.current`
     ///     (so that an HTTP client it calls propagates the work's trace).
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: What `InFlightTaskCoalescer.deduplicated` throws: the work's error as it threw it,
-    ///   `CancellationError`, or `CoalescingError.timedOut`.
-    public func deduplicated(
+    /// - Throws: What `InFlightTaskCoalescer.value` throws: the work's error as it threw it,
+    ///   `CancellationError` if this caller's task was cancelled, `CoalescingError.cancelled` if
+    ///   the work was cancelled for everyone, or `CoalescingError.timedOut`.
+    public func value(
         key: Key,
         context: @autoclosure () -> ServiceContext = .current ?? .topLevel,
         timeout: Duration? = nil,
@@ -77,7 +78,7 @@ public final class TracedCoalescer<Key: Hashable & Sendable, Value: Sendable>: S
         let work = WorkTracer(
             name: "\(name) (work)", key: keyName, tracer: tracer, parent: callerSpan.context, starter: Starter())
         do {
-            let shared = try await coalescer.deduplicated(key: key, timeout: timeout, whenAbandoned: whenAbandoned) {
+            let shared = try await coalescer.value(key: key, timeout: timeout, whenAbandoned: whenAbandoned) {
                 try await work.run(operation)
             }
             link(callerSpan, key: keyName, to: shared.work, started: shared.starter === work.starter)
@@ -88,7 +89,8 @@ public final class TracedCoalescer<Key: Hashable & Sendable, Value: Sendable>: S
             callerSpan.setStatus(SpanStatus(code: .error))
             throw failure.error
         } catch {
-            let reason = error is CoalescingError ? "timed_out" : "cancelled"
+            // Its own timeout, or a cancellation: its task's, or the work's for everyone.
+            let reason = error as? CoalescingError == .timedOut ? "timed_out" : "cancelled"
             callerSpan.addEvent(
                 SpanEvent(
                     name: "coalescing.left",
@@ -96,6 +98,19 @@ public final class TracedCoalescer<Key: Hashable & Sendable, Value: Sendable>: S
             callerSpan.recordError(error)
             throw error
         }
+    }
+
+    /// The first release's name for ``value(key:context:timeout:whenAbandoned:operation:)``.
+    @available(*, deprecated, renamed: "value(key:context:timeout:whenAbandoned:operation:)")
+    public func deduplicated(
+        key: Key,
+        context: @autoclosure () -> ServiceContext = .current ?? .topLevel,
+        timeout: Duration? = nil,
+        whenAbandoned: AbandonedWorkPolicy = .cancel,
+        operation: @escaping @Sendable (ServiceContext) async throws -> Value
+    ) async throws -> Value {
+        try await value(
+            key: key, context: context(), timeout: timeout, whenAbandoned: whenAbandoned, operation: operation)
     }
 
     private func link(_ callerSpan: any Span, key: String, to work: ServiceContext, started: Bool) {

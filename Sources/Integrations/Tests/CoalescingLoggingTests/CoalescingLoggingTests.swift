@@ -56,7 +56,7 @@ final class CoalescingLoggingTests: XCTestCase {
     func testEveryStepIsATraceRecordWhenTheLevelAllows() async throws {
         let seen = Observation()
         let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(logging(level: .trace).record))
-        _ = try await coalescer.deduplicated(key: "ada") { 42 }
+        _ = try await coalescer.value(key: "ada") { 42 }
         try await seen.ended.wait()
         XCTAssertEqual(records.map(\.message), ["coalesced work started", "coalesced work ended"])
         XCTAssertEqual(records.last?.level, .debug)

@@ -47,7 +47,7 @@ final class CoalescingMetricsTests: XCTestCase {
         let seen = Observation()
         let coalescer = InFlightTaskCoalescer<String, Int>(observer: seen.observer(bridge.record))
         let (tasks, _) = try await burst(of: 1, arrivals: seen.arrivals) { _, work in
-            try await coalescer.deduplicated(key: "ada") {
+            try await coalescer.value(key: "ada") {
                 try await work()
                 return 42
             }

@@ -32,7 +32,7 @@ final class TracedCoalescerTests: XCTestCase {
     ) async throws -> (tasks: [Task<String, any Error>], release: Threshold) {
         try await burst(of: callers, arrivals: arrivals) { [tracer] index, work in
             try await tracer.withSpan("request \(index)") { _ in
-                try await traced.deduplicated(key: "ada", timeout: timeout(index)) { context in
+                try await traced.value(key: "ada", timeout: timeout(index)) { context in
                     try await work()
                     return try body(context)
                 }

@@ -46,7 +46,7 @@ public struct Observation: Sendable {
         result: @escaping @Sendable () throws -> Value
     ) async throws -> [Task<Value, any Error>] {
         let (tasks, release) = try await burst(of: callers, arrivals: arrivals) { index, work in
-            try await coalescer.deduplicated(key: "ada", timeout: index == 2 ? .milliseconds(1) : nil) {
+            try await coalescer.value(key: "ada", timeout: index == 2 ? .milliseconds(1) : nil) {
                 try await work()
                 return try result()
             }

@@ -76,8 +76,7 @@ public final class ProfileLoader: Sendable {
     ///   timeout has passed, or `CancellationError` if the calling task is cancelled.
     public func profile(id: String) async throws -> Profile {
         guard options.coalescing else { return try await load(id: id) }
-        return try await profiles.deduplicated(key: id, timeout: options.timeout, whenAbandoned: options.whenAbandoned)
-        {
+        return try await profiles.value(key: id, timeout: options.timeout, whenAbandoned: options.whenAbandoned) {
             [self] _ in
             // The work runs in a task of its own, with no request's task-local logger metadata:
             // what it logs says which work it is.

@@ -1,0 +1,98 @@
+import Foundation
+
+// The first release's spellings, kept compiling. Each says what replaces it; the CHANGELOG and
+// <doc:ComingFromTheBlogPattern> list them all.
+
+/// The first release's name for ``CoalescingError``.
+@available(*, deprecated, renamed: "CoalescingError")
+public typealias ConcurrentOperationError = CoalescingError
+
+/// The blog pattern's name for ``CoalescingError``.
+@available(*, deprecated, renamed: "CoalescingError")
+public typealias CoalescibleOperationError = CoalescingError
+
+extension CoalescingHandle {
+    /// Withdraws this caller; see ``withdraw()``. "Cancel" now means stopping the work for everyone.
+    @available(*, deprecated, renamed: "withdraw()")
+    public func cancel() { withdraw() }
+}
+
+extension OperationQueueManager {
+    /// Adds any operation to ``queue``, coalescing a ``CoalescibleOperation``.
+    @available(
+        *, deprecated, message: "use enqueue(operation:) for a CoalescibleOperation, queue.addOperation(_:) for others"
+    )
+    public func enqueue(_ operation: Operation) {
+        if let coalescible = operation as? any ManagerEnqueueable {
+            coalescible.enqueue(on: self)
+        } else if let concurrent = operation as? any QueueClaimable {
+            if concurrent.claimForQueue() != nil {
+                queue.addOperation(operation)
+            }
+        } else if !operation.isFinished && !operation.isExecuting {
+            queue.addOperation(operation)
+        }
+    }
+}
+
+/// Lets the deprecated `enqueue(_:)` coalesce a ``CoalescibleOperation`` it sees as an `Operation`.
+protocol ManagerEnqueueable: Operation {
+    func enqueue(on manager: OperationQueueManager)
+}
+
+extension CoalescibleOperation: ManagerEnqueueable {
+    func enqueue(on manager: OperationQueueManager) {
+        manager.enqueue(operation: self)
+    }
+}
+
+/// An operation that the deprecated `enqueue(_:)` claims before adding it to the queue, so that
+/// it is never added twice.
+protocol QueueClaimable: Operation {
+    func claimForQueue() -> Bool?
+}
+
+extension ConcurrentOperation: QueueClaimable {}
+
+extension CoalescibleOperation {
+    /// Makes `operation` a caller of this operation's work, by hand.
+    ///
+    /// - Returns: True if `operation` joined; false, with no effect, if either operation is not
+    ///   fresh or this one's result is decided.
+    @available(*, deprecated, message: "enqueue both operations through one OperationQueueManager, which joins them")
+    @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
+        guard operation !== self, let (engine, work) = ownWork(), work.isInFlight else { return false }
+        let priority = OperationPriority(of: operation)
+        let joined = engine.state.withLock {
+            operation.ride(on: work, of: engine, in: &$0, priority: priority, watching: nil)
+        }
+        engine.follow(joined, timeout: nil)
+        return joined != nil
+    }
+}
+
+extension InFlightTaskCoalescer {
+    /// The first release's name for ``value(key:priority:name:timeout:whenAbandoned:progress:operation:)``.
+    @available(*, deprecated, message: "renamed to value(key:…), with the same arguments")
+    public func deduplicated(
+        key: Key, priority: TaskPriority? = nil, name: String? = nil, timeout: Duration? = nil,
+        whenAbandoned: AbandonedWorkPolicy = .cancel, operation: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value {
+        try await value(
+            key: key, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
+            operation: operation)
+    }
+}
+
+extension PrefetchableTaskCoalescer {
+    /// The first release's name for ``value(key:priority:name:timeout:whenAbandoned:progress:operation:)``.
+    @available(*, deprecated, message: "renamed to value(key:…), with the same arguments")
+    public func deduplicated(
+        key: Key, priority: TaskPriority? = nil, name: String? = nil, timeout: Duration? = nil,
+        whenAbandoned: AbandonedWorkPolicy = .cancel, operation: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value {
+        try await value(
+            key: key, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
+            operation: operation)
+    }
+}
