@@ -97,8 +97,7 @@ import Foundation
             let slot = work.callers.add(caller)
             let raised = urgency.map { work.demand($0, from: slot) } ?? false
             if let watcher {
-                work.watchers[slot] = watcher
-                watcher.latest = work.progress
+                work.watch(watcher, in: slot)
             }
             if case .task(nil, _) = caller {
                 work.unparked += 1
@@ -133,7 +132,7 @@ import Foundation
             }
             let abandoned = work.live == 0 && work.policy == .cancel && caller?.waits != false
             var effects = abandoned ? end(work, with: .failure(CoalescingError.cancelled), stopping: true) : Effects()
-            if let slot, let caller, let watcher = work.watchers.removeValue(forKey: slot) {
+            if let slot, let caller, !work.watchers.isEmpty, let watcher = work.watchers.removeValue(forKey: slot) {
                 // Its error comes after any progress being delivered, and no progress after it.
                 watcher.latest = nil
                 if watcher.hand(last: { caller.tell(.failure(reason.error)) }) {

@@ -115,6 +115,15 @@ public struct ProgressReporter: Sendable {
     }
 }
 
+extension AnyWork {
+    /// Registers the progress of the caller in `slot`, the latest value waiting for it (Guarantee
+    /// 25). Under the engine's lock; kept out of line, so that joins without progress stay small.
+    @usableFromInline func watch(_ watcher: Watcher, in slot: Int) {
+        watchers[slot] = watcher
+        watcher.latest = progress
+    }
+}
+
 extension Work {
     /// Takes the callers that asked for progress out of `callers`, and hands each its result to
     /// deliver after its last progress (Guarantee 24); returns those whose delivery must start.

@@ -397,7 +397,7 @@ public final class OperationQueueManager: Sendable {
     /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
     /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
     /// was cancelled.
-    @inlinable func arrive<Value>(
+    @inlinable @inline(__always) func arrive<Value>(
         _ identifier: String, _ newcomer: Newcomer<Value>, _ timeout: Duration?,
         _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
