@@ -183,7 +183,8 @@ def print_table(figures):
         base_time, base_mallocs, _ = per_unit(figures, baseline) if baseline else (None, None, None)
         unit = divisor(name)
         per = "caller" if workload.startswith(("1", "2")) else (
-            "enqueue" if workload.startswith("3") else ("operation" if workload.startswith("4") else "waiter"))
+            "enqueue" if workload.startswith("3") else ("operation" if workload.startswith("4") else (
+                "update" if workload.startswith("8") else "waiter")))
         per_text = f"{per} (÷{unit:,})" if unit > 1 else per
         print(f"| {workload} | {label} | {per_text} | {fmt_time(time)} | {fmt_ratio(time, base_time, 'faster', 'slower')} | "
               f"{fmt_count(mallocs)} | {fmt_ratio(mallocs, base_mallocs, 'fewer', 'more')} | {iterations} | {note} |")
