@@ -61,10 +61,11 @@ extension CoalescibleOperation {
     ///   fresh or this one's result is decided.
     @available(*, deprecated, message: "enqueue both operations through one OperationQueueManager, which joins them")
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
-        guard operation !== self, let (engine, work) = ownWork(), work.isInFlight else { return false }
+        guard operation !== self, let (engine, work) = ownWork() else { return false }
         let priority = OperationPriority(of: operation)
+        // Whether the result is still open is read under the lock that decides it.
         let joined = engine.state.withLock {
-            operation.ride(on: work, of: engine, in: &$0, priority: priority, watching: nil)
+            work.isInFlight ? operation.ride(on: work, of: engine, in: &$0, priority: priority, watching: nil) : nil
         }
         engine.follow(joined, timeout: nil)
         return joined != nil

@@ -143,4 +143,26 @@ final class MisuseTests: XCTestCase {
         recorder.assertCancelled("late")
         handle.withdraw()
     }
+
+    func testAnOperationHandedBackByMakeOperationAsItsWorkEndsStillAnswersTheCaller() {
+        // `makeOperation` should build a new operation; one that hands back an operation whose
+        // work is ending must still answer its caller, once (found by the progress tests: the
+        // caller used to join work whose result was already decided, and wait forever).
+        for _ in 0..<2_000 {
+            let manager = OperationQueueManager()
+            let operation = TestOperation<Int> { operation in
+                DispatchQueue.global().async { operation.finish(result: .success(1)) }
+            }
+            manager.enqueue(operation: operation)
+            let answered = Gate()
+            let calls = Counter()
+            manager.enqueue(identifier: "work", makeOperation: { operation }) { _ in
+                calls.increment()
+                answered.open()
+            }
+            XCTAssertTrue(answered.wait(), "a caller brought by a reused operation was never answered")
+            manager.queue.waitUntilAllOperationsAreFinished()
+            XCTAssertEqual(calls.current, 1)
+        }
+    }
 }

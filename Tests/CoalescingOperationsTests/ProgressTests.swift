@@ -67,6 +67,43 @@ final class ProgressTests: XCTestCase {
         XCTAssertEqual(log.strays, [], "every call ran on its caller's own queue")
     }
 
+    func testNoCallerOnAConcurrentQueueHearsProgressAfterItsResult() {
+        // Guarantee 24, where a queue would run two hops at once: progress reported right before
+        // the finish races the result to every caller, round after round.
+        let callbacks = Queues.concurrent("callbacks")
+        let late = LockedBox<[String]>([])
+        for round in 0..<200 {
+            let manager = OperationQueueManager()
+            let heardResult = LockedBox<Set<Int>>([])
+            let done = DispatchGroup()
+            let work = TestOperation<Int> { operation in
+                DispatchQueue.global().async {
+                    for step in 1...3 {
+                        operation.report(progress: WorkProgress(completed: Int64(step), total: 3))
+                    }
+                    operation.finish(result: .success(round))
+                }
+            }
+            for caller in 0..<8 {
+                done.enter()
+                manager.enqueue(
+                    identifier: "work", callBackQueue: callbacks, makeOperation: { work },
+                    progress: { progress in
+                        if heardResult.value.contains(caller) {
+                            late.mutate { $0.append("round \(round), caller \(caller): \(progress) after the result") }
+                        }
+                    },
+                    completionHandler: { _ in
+                        heardResult.mutate { _ = $0.insert(caller) }
+                        done.leave()
+                    })
+            }
+            XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        }
+        callbacks.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(late.value, [])
+    }
+
     func testALateJoinerReceivesTheLatestProgressAtOnceThenWhatFollows() {
         // Guarantee 25.
         let manager = OperationQueueManager()

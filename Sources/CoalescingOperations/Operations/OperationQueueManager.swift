@@ -379,8 +379,9 @@ public final class OperationQueueManager: Sendable {
             } else if let runs = operation.claimForQueue() {
                 // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
                 (admitted.admission, admitted.queued) = (runs ? .startedWork : .ignored, true)
-            } else if newcomer != nil, let (owner, work) = operation.work, owner === engine {
-                // Enqueued here before: a caller brought with it waits for the work it runs or rides.
+            } else if newcomer != nil, let (owner, work) = operation.work, owner === engine, work.isInFlight {
+                // Enqueued here before: a caller brought with it waits for the work it runs or
+                // rides, if its result is still open; otherwise it hears the operation was not fresh.
                 (admitted.admission, admitted.entry) = (.joinedWork, Engine.Entry(work))
             }
             if let newcomer, let entry = admitted.entry {
