@@ -263,21 +263,17 @@ import Foundation
         @usableFromInline let started: Bool
         /// Whether the caller raised the work's priority: it is then written.
         @usableFromInline let raised: Bool
-        /// The caller's progress, if it asked for it.
-        @usableFromInline let watcher: Watcher?
 
-        @inlinable init(
-            _ work: Work<Key, Value>, slot: Int? = nil, started: Bool = false, raised: Bool = false,
-            watcher: Watcher? = nil
-        ) {
-            (self.work, self.slot, self.started, self.raised, self.watcher) = (work, slot, started, raised, watcher)
+        @inlinable init(_ work: Work<Key, Value>, slot: Int? = nil, started: Bool = false, raised: Bool = false) {
+            (self.work, self.slot, self.started, self.raised) = (work, slot, started, raised)
         }
     }
 
     /// What follows every arrival, whichever way in it took, once the lock is released: new work
     /// is watched for stalls, the caller's timeout armed, the work's priority raised, the events
-    /// delivered. Only a caller that asked for a deadline pays for one.
-    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?) {
+    /// delivered, and a caller that asked for progress (`watcher`) is handed the latest value.
+    /// Only a caller that asked for a deadline, or for progress, pays for it.
+    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, watcher: Watcher? = nil) {
         if let entry {
             if entry.started {
                 watchForStall(entry.work)
@@ -288,7 +284,7 @@ import Foundation
             if entry.raised {
                 applyPriority(of: entry.work)
             }
-            if let watcher = entry.watcher {
+            if let watcher {
                 deliverLatest(to: watcher)
             }
         }
@@ -653,7 +649,7 @@ extension Engine {
     /// Records the priority the caller in `slot` asks for; returns whether it raises the work.
     /// A task's priority only ever rises, so a more urgent task caller raises the work's own and
     /// nothing is kept per caller.
-    @inlinable func demand(_ urgency: Urgency, from slot: Int) -> Bool {
+    @usableFromInline func demand(_ urgency: Urgency, from slot: Int) -> Bool {
         if risesOnly {
             floor = floor.raised(to: urgency)
         } else {

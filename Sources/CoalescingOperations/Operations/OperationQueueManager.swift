@@ -106,7 +106,7 @@ public final class OperationQueueManager: Sendable {
         progress: (@Sendable (WorkProgress) -> Void)? = nil
     ) -> CoalescingHandle<Value> {
         let watcher = progress.map { Watcher(queue: operation.callBackQueue, onProgress: $0) }
-        return launched(operation, admit(operation, watching: watcher, then: nil), timeout: timeout)
+        return launched(operation, admit(operation, watching: watcher, then: nil), timeout: timeout, watcher: watcher)
     }
 
     /// Joins identical work in flight with a completion handler alone, or starts new work built by
@@ -247,7 +247,7 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         let newcomer = Newcomer<Value>(
             .task(nil, consumes: false), watcher: progress.map { Watcher(queue: nil, onProgress: $0) })
-        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout)
+        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout, watcher: newcomer.watcher)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot)
     }
@@ -388,8 +388,7 @@ public final class OperationQueueManager: Sendable {
                 let (slot, raised) = registry.join(
                     entry.work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
                 admitted.entry = Engine.Entry(
-                    entry.work, slot: slot, started: entry.started, raised: entry.raised || raised,
-                    watcher: newcomer.watcher)
+                    entry.work, slot: slot, started: entry.started, raised: entry.raised || raised)
             }
             return admitted
         }
@@ -407,15 +406,15 @@ public final class OperationQueueManager: Sendable {
             guard let work = registry.inFlight(key, as: Value.self) else { return nil }
             let (slot, raised) = registry.join(
                 work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
-            return Engine.Entry(work, slot: slot, raised: raised, watcher: newcomer.watcher)
+            return Engine.Entry(work, slot: slot, raised: raised)
         }
         if let joined {
             var admitted = Admitted<Value>()
             (admitted.admission, admitted.entry) = (.joinedWork, joined)
-            return launched(nil, admitted, timeout: timeout)
+            return launched(nil, admitted, timeout: timeout, watcher: newcomer.watcher)
         }
         let operation = makeOperation()
-        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout)
+        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout, watcher: newcomer.watcher)
         if handle.work == nil, case .handler = newcomer.caller {
             newcomer.caller.tell(.failure(CoalescingError.cancelled))
         }
@@ -425,12 +424,13 @@ public final class OperationQueueManager: Sendable {
     /// Carries out an admission once the lock is released: queues the operation, then what
     /// follows every arrival (``Engine/follow(_:timeout:)``).
     @inlinable func launched<Value>(
-        _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?
+        _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
+        watcher: Watcher? = nil
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued {
             queue.addOperation(operation)
         }
-        engine.follow(admitted.entry, timeout: timeout)
+        engine.follow(admitted.entry, timeout: timeout, watcher: watcher)
         let entry = admitted.entry
         return CoalescingHandle(
             admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.slot)
@@ -461,7 +461,7 @@ extension CoalescibleOperation {
         let watcher = own == nil ? nil : watcher
         let joined = registry.join(
             work, .operation(self, waits: own != nil), asking: Urgency(priority), watching: watcher)
-        return Engine.Entry(work, slot: joined.slot, raised: joined.raised, watcher: watcher)
+        return Engine.Entry(work, slot: joined.slot, raised: joined.raised)
     }
 
     /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
@@ -481,7 +481,7 @@ extension CoalescibleOperation {
         guard let own else { return nil }
         registry.start(work)
         let slot = own.map { registry.join(work, $0, asking: nil, watching: watcher).slot }
-        return Engine.Entry(work, slot: slot, started: true, watcher: slot == nil ? nil : watcher)
+        return Engine.Entry(work, slot: slot, started: true)
     }
 }
 

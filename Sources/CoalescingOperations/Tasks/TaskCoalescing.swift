@@ -40,7 +40,7 @@ extension Engine {
                 let (slot, raised) = registry.join(work, caller, asking: Urgency(callerPriority), watching: watcher)
                 return (
                     .waiting(work, slot: slot, arrivedAt: callerPriority),
-                    Entry(work, slot: slot, raised: raised, watcher: watcher)
+                    Entry(work, slot: slot, raised: raised)
                 )
             }
             let startPriority = priority ?? callerPriority
@@ -63,10 +63,10 @@ extension Engine {
                     }))
             return (
                 .waiting(work, slot: slot, arrivedAt: callerPriority),
-                Entry(work, slot: slot, started: true, watcher: watcher)
+                Entry(work, slot: slot, started: true)
             )
         }
-        follow(entry, timeout: timeout)
+        follow(entry, timeout: timeout, watcher: watcher)
         return arrival
     }
 
