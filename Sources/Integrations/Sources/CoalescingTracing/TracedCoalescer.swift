@@ -100,19 +100,6 @@ public final class TracedCoalescer<Key: Hashable & Sendable, Value: Sendable>: S
         }
     }
 
-    /// The first release's name for ``value(key:context:timeout:whenAbandoned:operation:)``.
-    @available(*, deprecated, renamed: "value(key:context:timeout:whenAbandoned:operation:)")
-    public func deduplicated(
-        key: Key,
-        context: @autoclosure () -> ServiceContext = .current ?? .topLevel,
-        timeout: Duration? = nil,
-        whenAbandoned: AbandonedWorkPolicy = .cancel,
-        operation: @escaping @Sendable (ServiceContext) async throws -> Value
-    ) async throws -> Value {
-        try await value(
-            key: key, context: context(), timeout: timeout, whenAbandoned: whenAbandoned, operation: operation)
-    }
-
     private func link(_ callerSpan: any Span, key: String, to work: ServiceContext, started: Bool) {
         callerSpan.addLink(SpanLink(context: work, attributes: ["coalescing.role": started ? "started" : "joined"]))
         if !started {
