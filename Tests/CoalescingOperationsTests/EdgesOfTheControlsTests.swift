@@ -315,9 +315,11 @@ final class EdgesOfTheControlsTests: XCTestCase {
         let coalescer = InFlightTaskCoalescer<String, TaskPriority>()
         let seen = LockedBox<TaskPriority?>(nil)
         let release = AsyncGate()
+        let watching = AsyncGate()
         let waiting = Task(priority: .low) {
             try await coalescer.value(key: "k") {
                 try await withTaskPriorityEscalationHandler {
+                    watching.open()
                     try await release.wait()
                 } onPriorityEscalated: { _, raised in
                     seen.mutate { $0 = raised }
@@ -325,6 +327,9 @@ final class EdgesOfTheControlsTests: XCTestCase {
                 return Task.currentPriority
             }
         }
+        // The work's handler hears only escalations after it is installed: a work task escalated
+        // before it ran that far runs higher, but its handler never says so (seen once under TSan).
+        try await watching.wait()
         await waitUntil("the caller waits") { coalescer.callerCount(for: "k") == 1 }
         waiting.escalatePriority(to: .high)
         await waitUntil("the work is escalated with its caller") { (seen.value ?? .low) >= .high }
