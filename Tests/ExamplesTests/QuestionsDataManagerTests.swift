@@ -4,7 +4,7 @@ import HTTPStub
 import TestSupport
 import XCTest
 
-@testable import CoalescingOperations
+import CoalescingOperations
 
 // Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
@@ -180,13 +180,12 @@ final class QuestionsDataManagerTests: XCTestCase {
     /// Waits until `count` callers wait for the first page.
     private func waitForCallers(_ count: Int) async {
         let manager = queueManager!
-        let identifier = questions.url().absoluteString
         let deadline = ContinuousClock.now + .seconds(10)
-        while manager.callerCount(identifier: identifier, valueType: QuestionPage.self) < count,
+        while manager.statistics.callersWaiting < count,
             ContinuousClock.now < deadline
         {
             await Task.yield()
         }
-        XCTAssertEqual(manager.callerCount(identifier: identifier, valueType: QuestionPage.self), count)
+        XCTAssertEqual(manager.statistics.callersWaiting, count)
     }
 }

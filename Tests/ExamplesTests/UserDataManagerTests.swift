@@ -4,7 +4,7 @@ import HTTPStub
 import TestSupport
 import XCTest
 
-@testable import CoalescingOperations
+import CoalescingOperations
 
 // Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
@@ -74,7 +74,7 @@ final class UserDataManagerTests: XCTestCase {
 
         let callers = (0..<3).map { _ in Task { try await users.user() } }
         let deadline = ContinuousClock.now + .seconds(10)
-        while manager.callerCount(identifier: UserFetchOperation.identifier, valueType: User.self) < 3,
+        while manager.statistics.callersWaiting < 3,
             ContinuousClock.now < deadline
         {
             await Task.yield()

@@ -531,16 +531,6 @@ import Foundation
     var statistics: CoalescingStatistics {
         state.withLock { $0.statistics }
     }
-
-    /// How many callers wait for the work indexed under `key`; for tests.
-    func callerCount(for key: Key) -> Int {
-        state.withLock { $0.index[key].map { $0.isInFlight ? $0.live : 0 } ?? 0 }
-    }
-
-    /// How many results are stored, expired or not; for tests.
-    var storedCount: Int {
-        state.withLock { $0.index.values.count { $0.storedUntil != nil } }
-    }
 }
 
 extension Engine.Registry {

@@ -435,11 +435,6 @@ public final class OperationQueueManager: Sendable {
         return CoalescingHandle(
             admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.slot)
     }
-
-    /// How many callers wait for the work in flight for `identifier` and `valueType`; for tests.
-    func callerCount<Value>(identifier: String, valueType: Value.Type) -> Int {
-        engine.callerCount(for: OperationKey(identifier: identifier, valueType: valueType))
-    }
 }
 
 /// The admission's two steps on the operation's side, run under the engine's lock: the operation

@@ -136,9 +136,4 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     public var statistics: CoalescingStatistics {
         engine.statistics
     }
-
-    /// How many callers wait for the work in flight for `key`; for tests.
-    func callerCount(for key: Key) -> Int {
-        engine.callerCount(for: key)
-    }
 }

@@ -184,14 +184,4 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     public var statistics: CoalescingStatistics {
         engine.statistics
     }
-
-    /// How many callers wait for the work in flight for `key`; for tests.
-    func callerCount(for key: Key) -> Int {
-        engine.callerCount(for: key)
-    }
-
-    /// How many results are stored, expired or not; for tests.
-    var storedCount: Int {
-        engine.storedCount
-    }
 }

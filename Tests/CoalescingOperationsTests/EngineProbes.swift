@@ -1,0 +1,36 @@
+@testable import CoalescingOperations
+
+// What tests read of the engine and nobody else may: how many callers wait for one key, how many
+// results are stored. Here rather than in the library, which then holds no code for its tests.
+
+extension OperationQueueManager {
+    /// How many callers wait for the work in flight for `identifier` and `valueType`.
+    func callerCount<Value>(identifier: String, valueType: Value.Type) -> Int {
+        engine.callerCount(for: OperationKey(identifier: identifier, valueType: valueType))
+    }
+}
+
+extension InFlightTaskCoalescer {
+    /// How many callers wait for the work in flight for `key`.
+    func callerCount(for key: Key) -> Int {
+        engine.callerCount(for: key)
+    }
+}
+
+extension PrefetchableTaskCoalescer {
+    /// How many callers wait for the work in flight for `key`.
+    func callerCount(for key: Key) -> Int {
+        engine.callerCount(for: key)
+    }
+
+    /// How many results are stored, expired or not.
+    var storedCount: Int {
+        engine.state.withLock { $0.index.values.count { $0.storedUntil != nil } }
+    }
+}
+
+extension Engine {
+    fileprivate func callerCount(for key: Key) -> Int {
+        state.withLock { $0.index[key].map { $0.isInFlight ? $0.live : 0 } ?? 0 }
+    }
+}
