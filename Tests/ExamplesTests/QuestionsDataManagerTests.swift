@@ -1,10 +1,9 @@
+import CoalescingOperations
 import Examples
 import Foundation
 import HTTPStub
 import TestSupport
 import XCTest
-
-import CoalescingOperations
 
 // Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
 #if canImport(FoundationNetworking)
