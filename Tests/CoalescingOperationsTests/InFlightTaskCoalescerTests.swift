@@ -219,6 +219,13 @@ final class InFlightTaskCoalescerTests: XCTestCase {
         let low = Task(priority: .low) {
             try await coalescer.value(key: "key") {
                 try await gate.wait()
+                // The joining call raises the work after the engine's lock is released, so being
+                // counted comes first, and the test opens the gate on the count: the work gives the
+                // raise a moment to land.
+                let deadline = ContinuousClock.now + .seconds(10)
+                while Task.currentPriority < .high, ContinuousClock.now < deadline {
+                    await Task.yield()
+                }
                 return Task.currentPriority
             }
         }
