@@ -138,7 +138,12 @@ final class LaunchScript: Sendable {
             coalescing: coalescing, coalescers: coalescers, tally: tally, serverRequestCount: server?.requestCount,
             wallTime: timeline.elapsed)
         server?.stop()
-        session.invalidateAndCancel()
+        // Every caller was served, so there is nothing to cancel, and cancelling would be unsafe:
+        // swift-corelibs-foundation calls a task's completion handler before the task leaves its
+        // session, and a cancel landing in between traps the process ("Trying to access a
+        // behaviour for a task that in not in the registry", swiftlang/swift-corelibs-foundation
+        // #3292; seen once in the demo's tests under ThreadSanitizer).
+        session.finishTasksAndInvalidate()
         return summary
     }
 

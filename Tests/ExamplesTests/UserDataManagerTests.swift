@@ -90,7 +90,7 @@ final class UserDataManagerTests: XCTestCase {
     func testThroughURLSessionThreeConcurrentFetchesSendOneRequest() throws {
         let stub = HTTPStub(routes: [HTTPStub.Fixtures.userPath: .json(HTTPStub.Fixtures.user)])
         let session = makeSession(reaching: stub)
-        defer { session.invalidateAndCancel() }
+        defer { session.finishTasksAndInvalidate() }  // never a cancel: see the demo's LaunchScript
         let users = UserDataManager(
             queueManager: OperationQueueManager(),
             service: .http(url: stub.url(for: HTTPStub.Fixtures.userPath), session: session))
