@@ -82,6 +82,9 @@ public final class DownloadOperation: CoalescibleOperation<Data>, @unchecked Sen
         }
 
         func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+            // Out of `cancel()`'s reach first: FoundationNetworking calls this before the task
+            // leaves its session, and cancelling it in between traps the process on Linux.
+            download.lock.withLock { download.dataTask = nil }
             if let error {
                 return download.finish(result: .failure(error))
             }

@@ -47,6 +47,9 @@ public final class QuestionsFetchOperation: CoalescibleOperation<QuestionPage>, 
         request.httpMethod = "GET"
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         let task = session.dataTask(with: request) { data, response, error in
+            // Out of `cancel()`'s reach first: FoundationNetworking calls this before the task
+            // leaves its session, and cancelling it in between traps the process on Linux.
+            self.lock.withLock { self.dataTask = nil }
             self.finish(
                 result: HTTPResponseDecoder.decode(QuestionPage.self, data: data, response: response, error: error))
         }
