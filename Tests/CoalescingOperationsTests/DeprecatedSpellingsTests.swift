@@ -21,15 +21,6 @@ final class DeprecatedSpellingsTests: XCTestCase {
 @available(*, deprecated, message: "tests the deprecated spellings, which it uses on purpose")
 extension DeprecatedSpellingsTests {
 
-    private func operation(
-        _ identifier: String = "work", value: Int = 1, starts: Counter? = nil, recorder: ResultRecorder<Int>,
-        caller: String
-    ) -> TestOperation<Int> {
-        TestOperation(
-            identifier, callBackQueue: callbacks, starts: starts, work: { $0.finish(result: .success(value)) },
-            completionHandler: recorder.handler(caller))
-    }
-
     // MARK: Guarantee 10: enqueue(_:) never adds an operation twice, nor one already run
 
     func testTheDeprecatedEnqueueIgnoresACoalescibleOperationAlreadyEnqueuedOrFinished() {
@@ -37,7 +28,8 @@ extension DeprecatedSpellingsTests {
         let manager = OperationQueueManager(queue: queue)
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let enqueued = operation(starts: starts, recorder: recorder, caller: "enqueued")
+        let enqueued = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "enqueued")
 
         XCTAssertEqual(manager.enqueue(operation: enqueued).admission, .startedWork)
         manager.enqueue(enqueued as Operation)
@@ -93,9 +85,9 @@ extension DeprecatedSpellingsTests {
 
     func testCoalesceRefusesWhatCannotJoin() {
         let recorder = ResultRecorder<Int>()
-        let host = operation(recorder: recorder, caller: "host")
-        let rider = operation(recorder: recorder, caller: "rider")
-        let other = operation(recorder: recorder, caller: "other")
+        let host = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "host")
+        let rider = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "rider")
+        let other = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "other")
 
         XCTAssertFalse(host.coalesce(operation: host), "an operation cannot join itself")
         XCTAssertTrue(host.coalesce(operation: rider))
@@ -120,8 +112,7 @@ extension DeprecatedSpellingsTests {
         let starts = Counter()
         func operation(_ caller: String, value: Int) -> TestOperation<Int> {
             TestOperation(
-                "k", callBackQueue: callbacks, starts: starts, work: { $0.finish(result: .success(value)) },
-                completionHandler: recorder.handler(caller))
+                "k", finishingWith: value, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: caller)
         }
         manager.enqueue(operation: operation("a", value: 1))
         let b = operation("b", value: 2)
@@ -175,9 +166,12 @@ extension DeprecatedSpellingsTests {
         let queue = Queues.concurrent("work", suspended: true)
         let manager = OperationQueueManager(queue: queue)
         let recorder = ResultRecorder<Int>()
-        manager.enqueue(operation: operation(recorder: recorder, caller: "staying"))
+        manager.enqueue(
+            operation: TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "staying"))
 
-        manager.enqueue(operation: operation(recorder: recorder, caller: "leaving")).cancel()
+        manager.enqueue(
+            operation: TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "leaving")
+        ).cancel()
         XCTAssertTrue(recorder.waitForCalls(1))
         recorder.assertWithdrawn("leaving")
         queue.isSuspended = false

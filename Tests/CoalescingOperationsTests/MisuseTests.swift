@@ -10,21 +10,13 @@ import XCTest
 final class MisuseTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
-    private func operation(
-        _ identifier: String = "work", value: Int = 1, starts: Counter? = nil, recorder: ResultRecorder<Int>,
-        caller: String
-    ) -> TestOperation<Int> {
-        TestOperation(
-            identifier, callBackQueue: callbacks, starts: starts, work: { $0.finish(result: .success(value)) },
-            completionHandler: recorder.handler(caller))
-    }
-
     func testEnqueueingTheSameOperationTwiceIsIgnoredAndItsCallerIsServedOnce() {
         let queue = Queues.concurrent("work", suspended: true)
         let manager = OperationQueueManager(queue: queue)
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let operation = operation(starts: starts, recorder: recorder, caller: "a")
+        let operation = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "a")
 
         let first = manager.enqueue(operation: operation)
         let second = manager.enqueue(operation: operation)
@@ -43,7 +35,8 @@ final class MisuseTests: XCTestCase {
         let secondQueue = Queues.concurrent("second", suspended: true)
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let operation = operation(starts: starts, recorder: recorder, caller: "a")
+        let operation = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "a")
 
         let first = OperationQueueManager(queue: firstQueue).enqueue(operation: operation)
         let second = OperationQueueManager(queue: secondQueue).enqueue(operation: operation)
@@ -62,8 +55,9 @@ final class MisuseTests: XCTestCase {
         let queue = Queues.concurrent("work", suspended: true)
         let manager = OperationQueueManager(queue: queue)
         let recorder = ResultRecorder<Int>()
-        manager.enqueue(operation: operation(recorder: recorder, caller: "a"))
-        let joined = operation(recorder: recorder, caller: "b")
+        manager.enqueue(
+            operation: TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "a"))
+        let joined = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "b")
         XCTAssertEqual(manager.enqueue(operation: joined).admission, .joinedWork)
 
         XCTAssertEqual(manager.enqueue(operation: joined).admission, .ignored)
@@ -79,7 +73,8 @@ final class MisuseTests: XCTestCase {
         let manager = OperationQueueManager()
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let operation = operation(starts: starts, recorder: recorder, caller: "a")
+        let operation = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "a")
         operation.cancel()
 
         XCTAssertEqual(manager.enqueue(operation: operation).admission, .ignored)
@@ -94,7 +89,8 @@ final class MisuseTests: XCTestCase {
         let manager = OperationQueueManager()
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let operation = operation(starts: starts, recorder: recorder, caller: "a")
+        let operation = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "a")
         manager.enqueue(operation: operation)
         operation.waitUntilFinished()
 
@@ -111,8 +107,10 @@ final class MisuseTests: XCTestCase {
         let manager = OperationQueueManager(queue: queue)
         let starts = Counter()
         let recorder = ResultRecorder<Int>()
-        let host = operation(starts: starts, recorder: recorder, caller: "host")
-        let joiner = operation(starts: starts, recorder: recorder, caller: "joiner")
+        let host = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "host")
+        let joiner = TestOperation(
+            finishingWith: 1, callBackQueue: callbacks, starts: starts, recorder: recorder, caller: "joiner")
         XCTAssertEqual(manager.enqueue(operation: host).admission, .startedWork)
         XCTAssertEqual(manager.enqueue(operation: joiner).admission, .joinedWork)
 
@@ -130,7 +128,7 @@ final class MisuseTests: XCTestCase {
     func testAFactoryReturningAFinishedOperationCallsTheCallerBackWithCancelled() {
         let manager = OperationQueueManager()
         let recorder = ResultRecorder<Int>()
-        let used = operation(recorder: recorder, caller: "used")
+        let used = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "used")
         used.start()
         XCTAssertTrue(recorder.waitForCalls(1))
 

@@ -40,6 +40,16 @@ public final class TestOperation<Value: Sendable>: CoalescibleOperation<Value>, 
         super.init(identifier: identifier)
     }
 
+    /// Work that finishes at once with `value`; its own caller is `caller` in `recorder`.
+    public convenience init(
+        _ identifier: String = "work", finishingWith value: Value, callBackQueue: OperationQueue,
+        starts: Counter? = nil, recorder: ResultRecorder<Value>, caller: String
+    ) {
+        self.init(
+            identifier, callBackQueue: callBackQueue, starts: starts, work: { $0.finish(result: .success(value)) },
+            completionHandler: recorder.handler(caller))
+    }
+
     /// The policy given at creation.
     public override var abandonedWorkPolicy: AbandonedWorkPolicy { policy }
 
