@@ -25,13 +25,11 @@ import Foundation
     let stallThreshold: Duration?
     init(
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?,
-        prefetchTimeout: Duration? = nil, now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+        prefetchTimeout: Duration? = nil
     ) {
         self.observer = observer
         self.stallThreshold = stallThreshold
-        state = LockedState(
-            Registry(
-                observed: observer != nil, prefetchTimeout: prefetchTimeout, now: now))
+        state = LockedState(Registry(observed: observer != nil, prefetchTimeout: prefetchTimeout))
     }
 
     // MARK: The registry
@@ -52,17 +50,14 @@ import Foundation
         var isDelivering = false
         /// How long a prefetched result waits for its consumer; nil where nothing is stored.
         let prefetchTimeout: Duration?
-        let now: @Sendable () -> ContinuousClock.Instant
+        /// The clock stored results expire by; tests move it by hand.
+        var now: @Sendable () -> ContinuousClock.Instant = { .now }
         /// The earliest expiry among stored results, or later; nil when nothing is stored.
         @usableFromInline var nextExpiry: ContinuousClock.Instant?
 
-        init(
-            observed: Bool, prefetchTimeout: Duration?,
-            now: @escaping @Sendable () -> ContinuousClock.Instant
-        ) {
+        init(observed: Bool, prefetchTimeout: Duration?) {
             events = observed ? [] : nil
             self.prefetchTimeout = prefetchTimeout
-            self.now = now
         }
 
         @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
@@ -220,8 +215,7 @@ import Foundation
             index[key] = nil
             work.stored = nil
             work.isIndexed = false
-            statistics.callersArrived += 1
-            statistics.callersJoined += 1
+            statistics.countArrival(joining: true)
             statistics.callersServed += 1
             return value
         }

@@ -42,9 +42,12 @@ import Foundation
         }
     }
 
-    /// Whether a manager may take the operation: nobody has.
-    @usableFromInline var freshCaller: Caller<Value>?? {
-        if case .idle(.own(let caller), onQueue: false) = self { .some(caller) } else { nil }
+    /// Hands a fresh operation (nobody has taken it) to a manager: moves it to `taken(own)` and
+    /// returns its own caller, or nil, untouched, when it is not fresh.
+    @inlinable mutating func take(_ taken: (Caller<Value>?) -> Lifecycle) -> Caller<Value>?? {
+        guard case .idle(.own(let own), onQueue: false) = self else { return nil }
+        self = taken(own)
+        return .some(own)
     }
 }
 

@@ -447,12 +447,9 @@ extension CoalescibleOperation {
         in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority, watching watcher: Watcher?
     ) -> Engine<OperationKey>.Entry<Value>? {
         let slot = work.callers.entries.count
-        let fresh = lifecycle.withLock { lifecycle -> Caller<Value>?? in
-            guard let own = lifecycle.freshCaller else { return nil }
-            lifecycle = .riding(engine, work, slot: slot, own: own)
-            return .some(own)
+        guard let own = lifecycle.withLock({ $0.take { .riding(engine, work, slot: slot, own: $0) } }) else {
+            return nil
         }
-        guard let own = fresh else { return nil }
         let watcher = own == nil ? nil : watcher
         let joined = registry.join(
             work, .operation(self, waits: own != nil), asking: Urgency(priority), watching: watcher)
@@ -468,12 +465,10 @@ extension CoalescibleOperation {
         let work = Work<OperationKey, Value>(
             key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
             timed: registry.events != nil)
-        let own = lifecycle.withLock { lifecycle -> Caller<Value>?? in
-            guard let own = lifecycle.freshCaller else { return nil }
-            lifecycle = .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true)
-            return .some(own)
+        let taken = lifecycle.withLock { lifecycle in
+            lifecycle.take { own in .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true) }
         }
-        guard let own else { return nil }
+        guard let own = taken else { return nil }
         registry.start(work)
         let slot = own.map { registry.join(work, $0, asking: nil, watching: watcher).slot }
         return Engine.Entry(work, slot: slot, started: true)

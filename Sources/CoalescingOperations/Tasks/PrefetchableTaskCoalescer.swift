@@ -57,16 +57,6 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             prefetchTimeout: prefetchTimeout)
     }
 
-    /// Creates a coalescer that reads the time from `now`, so that tests can move it.
-    init(
-        prefetchTimeout: Duration,
-        now: @escaping @Sendable () -> ContinuousClock.Instant,
-        observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil
-    ) {
-        engine = Engine(
-            observer: observer, stallThreshold: nil, prefetchTimeout: prefetchTimeout, now: now)
-    }
-
     /// Returns the prefetched result for `key` if one is waiting, or the result of the work in
     /// flight for `key`, starting `operation` if there is none.
     ///
