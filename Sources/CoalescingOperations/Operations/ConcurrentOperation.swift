@@ -207,3 +207,77 @@ private enum StartStep {
     case finishedWithoutRunning
     case none
 }
+
+// MARK: - The work an operation runs
+
+// Beside `finish`, `cancel` and `report`, its only callers: a result then goes from this file to the
+// engine, and from the engine to the steps in OperationLifecycle.swift, never back to a file it left.
+
+extension ConcurrentOperation {
+    /// The work this operation runs, in the engine that holds it. An operation that no manager
+    /// holds adopts one the first time it needs it (to finish, to be cancelled, to absorb another
+    /// by hand), in an engine shared by all such operations that indexes none of them: its result
+    /// then takes the same path as any other. Nil for an operation that rides on other work or
+    /// whose result is decided.
+    @usableFromInline final func ownWork() -> (Engine<OperationKey>, Work<OperationKey, Value>)? {
+        // Read before locking, and only for an operation that must adopt work: the getters are
+        // overridable, and no user code runs under a lock.
+        var adopting: (policy: AbandonedWorkPolicy, floor: OperationPriority)?
+        if case .own? = lifecycle.withLock({ $0.link }) {
+            adopting = (
+                (self as? CoalescibleOperation<Value>)?.abandonedWorkPolicy ?? .cancel, OperationPriority(of: self)
+            )
+        }
+        return lifecycle.withLock { lifecycle in
+            guard let link = lifecycle.link else { return nil }
+            guard case .own(let own) = link, let (policy, floor) = adopting else {
+                // Adopted since it was read: a link never goes back to `.own`.
+                if case .work(let engine, let work, _) = link { return (engine, work) }
+                preconditionFailure("ConcurrentOperation: work adopted and dropped")
+            }
+            let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
+            let adopted = Lifecycle<Value>.Link.work(unmanaged, work, slot: own == nil ? nil : 0)
+            if case .idle(_, let onQueue) = lifecycle {
+                lifecycle = .idle(adopted, onQueue: onQueue)
+            } else {
+                work.isPriorityFrozen = true
+                lifecycle = .executing(adopted)
+            }
+            return (unmanaged, work)
+        }
+    }
+}
+
+extension Lifecycle {
+    /// Where the result is decided, while it is not yet: the operation is idle or executing.
+    @usableFromInline var link: Link? {
+        switch self {
+        case .idle(let link, _), .executing(let link): link
+        case .riding, .decidedBeforeStart, .finished: nil
+        }
+    }
+}
+
+/// The engine of the operations no manager holds: on a queue of the app's, or coalesced by hand.
+/// It indexes nothing, so nothing ever joins their work by identifier.
+let unmanaged = Engine<OperationKey>(observer: nil, stallThreshold: nil)
+
+extension Work where Key == OperationKey {
+    /// Work for an operation no manager holds: not indexed, its own caller the only one.
+    convenience init(
+        adopting operation: ConcurrentOperation<Value>, caller: Caller<Value>?, policy: AbandonedWorkPolicy,
+        floor: OperationPriority
+    ) {
+        let identifier = (operation as? CoalescibleOperation<Value>)?.identifier ?? ""
+        self.init(
+            key: OperationKey(identifier: identifier, valueType: Value.self), runner: .operation(operation),
+            policy: policy, floor: Urgency(floor), timed: false)
+        isIndexed = false
+        if let caller {
+            // Not shared yet: no lock is needed to give it its first caller.
+            _ = callers.add(caller)
+            live = caller.waits ? 1 : 0
+            arrivals = live
+        }
+    }
+}
