@@ -210,8 +210,9 @@ private enum StartStep {
 
 // MARK: - The work an operation runs
 
-// Beside `finish`, `cancel` and `report`, its only callers: a result then goes from this file to the
-// engine, and from the engine to the steps in OperationLifecycle.swift, never back to a file it left.
+// Beside `finish`, `cancel` and `report`, which call it (as does the deprecated `coalesce`): a result
+// then goes from this file to the engine, and from the engine to the steps in
+// OperationLifecycle.swift, never back to a file it left.
 
 extension ConcurrentOperation {
     /// The work this operation runs, in the engine that holds it. An operation that no manager
