@@ -61,14 +61,17 @@ extension CoalescibleOperation {
     ///   fresh or this one's result is decided.
     @available(*, deprecated, message: "enqueue both operations through one OperationQueueManager, which joins them")
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
-        guard operation !== self, let (engine, work) = ownWork() else { return false }
-        let priority = OperationPriority(of: operation)
-        // Whether the result is still open is read under the lock that decides it.
-        let joined = engine.state.withLock {
-            work.isInFlight ? operation.ride(on: work, of: engine, in: &$0, priority: priority, watching: nil) : nil
+        // Looked at first, so that a call that cannot join leaves this operation as it was.
+        guard operation !== self, operation.link.withLock({ if case .fresh = $0 { true } else { false } }) else {
+            return false
         }
-        engine.follow(joined, timeout: nil)
-        return joined != nil
+        switch link.withLock({ $0 }) {
+        case .runs(let engine, let work): return engine.join(operation, to: work)
+        case .fresh:
+            guard let work = Engine.adopting(self), case .runs(let engine, _) = link.withLock({ $0 }) else { return false }
+            return engine.join(operation, to: work)
+        case .alone, .rides, .ended: return false
+        }
     }
 }
 

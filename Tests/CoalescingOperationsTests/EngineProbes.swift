@@ -32,12 +32,15 @@ extension PrefetchableTaskCoalescer {
 
     /// How many results are stored, expired or not.
     var storedCount: Int {
-        engine.state.withLock { $0.index.values.count { $0.storedUntil != nil } }
+        engine.state.withLock { $0.index.values.count { if case .stored = $0.phase { true } else { false } } }
     }
 }
 
 extension Engine {
     fileprivate func callerCount(for key: Key) -> Int {
-        state.withLock { $0.index[key].map { $0.isInFlight ? $0.live : 0 } ?? 0 }
+        state.withLock { machine in
+            guard let work = machine.index[key], case .running = work.phase else { return 0 }
+            return work.live
+        }
     }
 }

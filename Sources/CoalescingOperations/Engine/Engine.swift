@@ -1,333 +1,223 @@
 import Foundation
 
-/// The one engine under both halves: the work in flight by key, each work's callers and phase,
-/// forget, timeouts, abandonment, the callers' priorities, statistics, events and stall checks,
-/// all under **one** lock.
+/// The one engine under both halves: the storage that holds a ``Machine`` behind its lock, sends
+/// it the events and carries out what it decides.
 ///
 /// ``OperationQueueManager`` and the two task coalescers are front-ends over it: they say who the
-/// caller is (a handler on a queue, an absorbed operation, a waiting task) and what runs the work
-/// (an operation on a queue, a detached task); everything else happens here, once.
-///
-/// The shape is that of a state machine behind a lock. Every change is a transition of
-/// ``Registry`` and of one ``Work``, run under the lock; it counts and records what it changed
-/// in the same step, and returns ``Effects``: what must happen once the lock is released. The
-/// engine carries them out in one place (``carryOut(_:)``), in a fixed order, with no lock held,
-/// then hands the recorded events to the observer. No user code, continuation, KVO notification
-/// or observer ever runs under the lock. The operations' own locks, where one is taken with this
-/// one, are always taken after it.
+/// caller is (a handler on a queue, a joined operation, a waiting task) and what runs the work
+/// (an operation on a queue, a detached task); they never take the lock. Every entry point here
+/// takes the lock once for an event, releases it, then acts: it stops work, tells callers,
+/// delivers events and progress, writes priorities. No user code, continuation, KVO notification
+/// or observer ever runs under the lock; an operation's own lock is taken inside this one, never
+/// the other way round.
 @usableFromInline final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
-    // @unchecked: `state`'s lock guards the registry and the `var`s of every `Work` this engine
-    // holds; the rest is immutable.
-    @usableFromInline let state: LockedState<Registry>
+    // @unchecked: `state`'s lock guards the machine and the `var`s of every work it holds; the rest
+    // is immutable.
+    /// The machine behind its lock. Internal, not private, only so that the inlinable join paths
+    /// are specialized in the caller's module: no other file takes it (`.ci/run` checks).
+    @usableFromInline let state: LockedState<Machine<Key>>
     /// Receives the events, one at a time and in order; nil records none.
     @usableFromInline let observer: (@Sendable (CoalescingEvent<Key>) -> Void)?
     /// How long work may stay in flight with callers waiting before it is reported.
     let stallThreshold: Duration?
+
     init(
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?,
         prefetchTimeout: Duration? = nil
     ) {
         self.observer = observer
         self.stallThreshold = stallThreshold
-        state = LockedState(Registry(observed: observer != nil, prefetchTimeout: prefetchTimeout))
+        state = LockedState(Machine(observed: observer != nil, prefetchTimeout: prefetchTimeout))
     }
 
-    // MARK: The registry
-
-    /// Everything behind the lock but the works' own fields.
-    @usableFromInline struct Registry {
-        /// Work in flight that a new caller joins. An entry leaves in the same step as its work
-        /// ends or is forgotten, and only if it still holds that work.
-        @usableFromInline var index: [Key: AnyWork<Key>] = [:]
-        /// Forgotten work still in flight, so that cancelling everything reaches it.
-        var forgotten: [ObjectIdentifier: AnyWork<Key>] = [:]
-        @usableFromInline var statistics = CoalescingStatistics()
-        /// Events recorded and not yet delivered; nil when nobody observes, so none is built.
-        @usableFromInline var events: [CoalescingEvent<Key>]?
-        /// The emptied buffer of the last batch delivered, so that recording allocates nothing
-        /// once warm (an observed join cost twice as much without it).
-        var spare: [CoalescingEvent<Key>] = []
-        var isDelivering = false
-        /// How long a prefetched result waits for its consumer; nil where nothing is stored.
-        let prefetchTimeout: Duration?
-        /// The clock stored results expire by; tests move it by hand.
-        var now: @Sendable () -> ContinuousClock.Instant = { .now }
-        /// The earliest expiry among stored results, or later; nil when nothing is stored.
-        @usableFromInline var nextExpiry: ContinuousClock.Instant?
-
-        init(observed: Bool, prefetchTimeout: Duration?) {
-            events = observed ? [] : nil
-            self.prefetchTimeout = prefetchTimeout
-        }
-
-        @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
-            if events != nil {
-                events!.append(event())
-            }
-        }
-
-        /// The work a new caller of `key` joins, if any.
-        @inlinable func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
-            // Every work under a key has the key's `Value` type: the operations' keys include it,
-            // and a task coalescer has one.
-            guard let work = index[key], work.isInFlight else { return nil }
-            return unsafeDowncast(work, to: Work<Key, Value>.self)
-        }
-
-        /// Indexes new work, started by the caller that brings it.
-        @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
-            index[work.key] = work
-            statistics.countStart()
-            record(.workStarted(key: work.key))
-        }
-
-        /// Adds a caller to work in flight, in a slot of its own, asking for `urgency` if it states
-        /// one (``AnyWork/demand(_:from:)``). The first caller to arrive started the work; every
-        /// later one joined it.
-        /// A caller that asked for progress (`watcher`) is handed the latest at once (Guarantee 25).
-        @inlinable mutating func join<Value>(
-            _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?,
-            watching watcher: Watcher? = nil
-        ) -> (slot: Int, raised: Bool) {
-            let slot = work.callers.add(caller)
-            let raised = urgency.map { work.demand($0, from: slot) } ?? false
-            if let watcher {
-                work.watch(watcher, in: slot)
-            }
-            if case .task(nil, _) = caller {
-                work.unparked += 1
-            }
-            if caller.waits {
-                work.live += 1
-                statistics.countArrival(joining: work.arrivals > 0)
-                if work.arrivals > 0 {
-                    record(.callerJoined(key: work.key, callers: work.live))
-                }
-                work.arrivals += 1
-            }
-            return (slot, raised)
-        }
-
-        /// Withdraws the caller in `slot` for `reason`; nil stands for the one that started the
-        /// work without a caller of its own, which abandons it only if nobody else waits. When the
-        /// last caller leaves, the work follows its ``AbandonedWorkPolicy``.
-        @usableFromInline
-        mutating func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) -> Effects<Value>
-        {
-            guard work.isInFlight else { return Effects() }
-            var caller: Caller<Value>?
-            if let slot {
-                caller = work.callers.remove(slot, reason: reason)
-                guard let caller else { return Effects() }
-                if caller.waits {
-                    work.live -= 1
-                    statistics.countDeparture(reason)
-                    record(.callerWithdrawn(key: work.key, reason: reason))
-                }
-            }
-            let abandoned = work.live == 0 && work.policy == .cancel && caller?.waits != false
-            var effects = abandoned ? end(work, with: .failure(CoalescingError.cancelled), stopping: true) : Effects()
-            if let slot, let caller, !work.watchers.isEmpty, let watcher = work.watchers.removeValue(forKey: slot) {
-                // Its error comes after any progress being delivered, and no progress after it.
-                watcher.latest = nil
-                if watcher.hand(last: { caller.tell(.failure(reason.error)) }) {
-                    effects.delivering.append(watcher)
-                }
-            } else {
-                effects.withdrawn = caller.map { ($0, reason) }
-            }
-            if let slot, work.release(slot) {
-                effects.reprioritize = work
-            }
-            return effects
-        }
-
-        /// Decides the work's result: takes it out of the index, counts and records its end, and
-        /// returns what serves its callers. Nothing if the result was already decided.
-        @usableFromInline mutating func end<Value>(
-            _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
-        ) -> Effects<Value> {
-            guard let runner = work.phase.runner else { return Effects() }
-            let served = work.live
-            var callers = work.callers
-            // Callers that reserved a slot and have not parked yet read the result when they do.
-            if work.unparked == 0 {
-                work.callers = Callers()
-            }
-            work.phase = .ended(work.unparked > 0 ? result : nil)
-            work.isInFlight = false
-            // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
-            if work.isPrefetch, work.isIndexed, case .success(let value) = result, !callers.hasConsumer,
-                let timeout = prefetchTimeout
-            {
-                let expiry = now().advanced(by: timeout)
-                work.stored = (value, expiry)
-                nextExpiry = min(nextExpiry ?? expiry, expiry)
-            } else {
-                unindex(work)
-            }
-            let delivering = work.watchers.isEmpty ? [] : work.serveWatching(from: &callers, with: result)
-            let outcome = WorkOutcome(result)
-            statistics.countEnd(outcome, served: served)
-            record(
-                .workEnded(
-                    key: work.key, outcome: outcome, callersServed: served,
-                    duration: work.startedAt.map { .now - $0 } ?? .zero))
-            var effects = Effects<Value>()
-            effects.stop = stopping ? runner : nil
-            effects.ended = runner
-            effects.served = (callers, result)
-            effects.delivering = delivering
-            return effects
-        }
-
-        @usableFromInline mutating func unindex(_ work: AnyWork<Key>) {
-            if work.isIndexed {
-                if index[work.key] === work {
-                    index[work.key] = nil
-                }
-                work.isIndexed = false
-            } else {
-                forgotten[ObjectIdentifier(work)] = nil
-            }
-        }
-
-        /// Drops `key` from the index, leaving its work to end in its own time.
-        mutating func forget(_ key: Key) -> Bool {
-            let work = index.removeValue(forKey: key)
-            guard let work else { return false }
-            work.isIndexed = false
-            if work.isInFlight {
-                forgotten[ObjectIdentifier(work)] = work
-            }
-            return true
-        }
-
-        // MARK: Prefetched results
-
-        /// The value stored for `key`, taken by a consumer: counted as a caller who joined the
-        /// prefetch's work and was served. Nil if none is stored.
-        @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type) -> Value? {
-            releaseExpired()
-            guard let entry = index[key], entry.storedUntil != nil else { return nil }
-            let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
-            guard let (value, _) = work.stored else { return nil }
-            index[key] = nil
-            work.stored = nil
-            work.isIndexed = false
-            statistics.countArrival(joining: true)
-            statistics.callersServed += 1
-            return value
-        }
-
-        /// Whether a prefetched result waits for `key`.
-        @usableFromInline mutating func hasStored(_ key: Key) -> Bool {
-            releaseExpired()
-            return index[key]?.storedUntil != nil
-        }
-
-        /// Drops expired results; sweeps only once the earliest expiry has passed.
-        @usableFromInline mutating func releaseExpired() {
-            guard let nextExpiry else { return }
-            let now = now()
-            guard now >= nextExpiry else { return }
-            var earliest: ContinuousClock.Instant?
-            for (key, work) in index {
-                guard let expiry = work.storedUntil else { continue }
-                if expiry <= now {
-                    index[key] = nil
-                    work.isIndexed = false
-                } else {
-                    earliest = min(earliest ?? expiry, expiry)
-                }
-            }
-            self.nextExpiry = earliest
-        }
+    var statistics: CoalescingStatistics {
+        state.withLock { $0.statistics }
     }
 
     // MARK: Arriving
 
-    /// Where a caller arrived, decided under the lock: the work it started or joined and its slot
-    /// there, for ``follow(_:timeout:)`` to carry out.
+    /// Where a caller arrived: the work it started or joined and what the join decided, for
+    /// ``follow(_:timeout:sink:)`` to carry out.
     @usableFromInline struct Entry<Value: Sendable> {
         @usableFromInline let work: Work<Key, Value>
-        /// Nil for work started with no caller of its own.
-        @usableFromInline let slot: Int?
+        /// Nil for an operation that started work with no caller of its own.
+        @usableFromInline let joined: Joined?
         /// Whether the caller started the work: it is then watched for stalls.
         @usableFromInline let started: Bool
-        /// Whether the caller raised the work's priority: it is then written.
-        @usableFromInline let raised: Bool
 
-        @inlinable init(_ work: Work<Key, Value>, slot: Int? = nil, started: Bool = false, raised: Bool = false) {
-            (self.work, self.slot, self.started, self.raised) = (work, slot, started, raised)
+        @inlinable init(_ work: Work<Key, Value>, _ joined: Joined?, started: Bool = false) {
+            (self.work, self.joined, self.started) = (work, joined, started)
         }
     }
 
-    /// What follows every arrival, whichever way in it took, once the lock is released: new work
-    /// is watched for stalls, the caller's timeout armed, the work's priority raised, the events
-    /// delivered, and a caller that asked for progress (`watcher`) is handed the latest value.
-    /// Only a caller that asked for a deadline, or for progress, pays for it.
-    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, watcher: Watcher? = nil) {
+    /// A caller arrives with `key`: it joins the work in flight, if any.
+    @inlinable func join<Value>(
+        _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
+    ) -> Entry<Value>? {
+        state.withLock { machine in
+            guard let work = machine.inFlight(key, as: Value.self) else { return nil }
+            return Entry(work, machine.join(work, caller, asking: urgency, watching: sink))
+        }
+    }
+
+    /// Registers a caller of `key`: takes a stored result, joins the work in flight for it, or
+    /// starts `operation` in a task of its own. Never suspends, so concurrent callers always find
+    /// each other.
+    ///
+    /// Inlinable, like the rest of the join path, so that it is specialized for the caller's `Key`
+    /// and `Value`: unspecialized, every join looked up generic metadata at run time. Never inlined:
+    /// inlined into the async caller, its locals joined the caller's async frame, which then
+    /// outgrew the task's first slab and cost every waiter an allocation.
+    @inlinable @inline(never) func arrive<Value: Sendable>(
+        key: Key,
+        as role: CallerRole,
+        priority: TaskPriority?,
+        name: String?,
+        timeout: Duration?,
+        whenAbandoned: AbandonedWorkPolicy,
+        progress: (@Sendable (WorkProgress) -> Void)? = nil,
+        operation: @escaping @Sendable () async throws -> Value
+    ) -> TaskArrival<Key, Value> {
+        let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
+        let callerPriority = Task.currentPriority
+        let caller = Caller<Value>.arriving(consumes: role == .consumer)
+        // Returned rather than captured: a `var` the closure mutates may cost an allocation.
+        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Value>?) in
+            if role != .plain, machine.nextExpiry != nil {
+                if role == .consumer, let value = machine.takeStored(key, as: Value.self) {
+                    return (.taken(value), nil)
+                }
+                if role == .prefetcher, machine.hasStored(key) {
+                    return (.alreadyStored, nil)
+                }
+            }
+            if let work = machine.inFlight(key, as: Value.self) {
+                work.isPrefetch = work.isPrefetch || role == .prefetcher
+                let joined = machine.join(work, caller, asking: Urgency(callerPriority), watching: sink)
+                return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined))
+            }
+            let startPriority = priority ?? callerPriority
+            let work = Work<Key, Value>(
+                key: key, runner: .unstarted, policy: whenAbandoned, floor: Urgency(startPriority),
+                timed: machine.outbox != nil)
+            work.isPrefetch = role == .prefetcher
+            machine.start(work)
+            let joined = machine.join(work, caller, asking: nil, watching: sink)
+            // Created under the lock, so that its end cannot overtake this arrival.
+            work.runner = .task(
+                    startTask(for: work, name: name, priority: startPriority) { [self] in
+                        let result: Result<Value, Error>
+                        do {
+                            result = .success(try await operation())
+                        } catch {
+                            result = .failure(error)
+                        }
+                        end(work, with: result)
+                    })
+            return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true))
+        }
+        follow(entry, timeout: timeout, sink: sink)
+        return arrival
+    }
+
+    /// What follows every arrival once the lock is released: new work is watched for stalls, the
+    /// caller's timeout armed, the work's priority raised, the latest progress delivered, the
+    /// events delivered. Only a caller that asked for a deadline, or for progress, pays for it.
+    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
         if let entry {
             if entry.started {
                 watchForStall(entry.work)
             }
             if let timeout {
-                withdraw(entry.work, slot: entry.slot, after: timeout)
+                withdraw(entry.work, slot: entry.joined?.slot, after: timeout)
             }
-            if entry.raised {
-                applyPriority(of: entry.work)
-            }
-            if let watcher {
-                deliverLatest(to: watcher)
+            if let joined = entry.joined {
+                if joined.raised {
+                    applyPriority(of: entry.work)
+                }
+                if joined.delivers, let sink {
+                    deliverCalls(to: joined.slot, of: entry.work, via: sink)
+                }
             }
         }
         deliverEvents()
     }
 
-    // MARK: Transitions, carried out
+    // MARK: Leaving and ending
 
-    /// Runs `transition` under the lock, then carries out what it returns and delivers the events.
-    @inlinable func change<Value>(_ transition: (inout Registry) -> Effects<Value>) {
-        carryOut(state.withLock(transition))
+    /// The caller in `slot` of `work` withdraws (or, a joined operation finished by hand, hears
+    /// `result`). If it abandons the work, the work stops before the caller hears (Guarantee 18).
+    @usableFromInline func withdraw<Value>(
+        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
+    ) {
+        let withdrawn = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
+        if let decided = withdrawn.decided {
+            stop(decided)
+        }
+        if let (caller, heard) = withdrawn.told {
+            caller.tell(heard)
+        }
+        if let decided = withdrawn.decided {
+            settle(work, decided, with: .failure(CoalescingError.cancelled))
+        } else {
+            deliverEvents()
+        }
+        if withdrawn.reprioritizes {
+            applyPriority(of: work)
+        }
     }
 
-    /// Withdraws the caller in `slot` of `work`.
-    @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason) {
-        change { $0.withdraw(work, slot: slot, reason: reason) }
+    /// Ends `work` with `result`, stopping it first if `stopping`; nothing if its result was
+    /// already decided. `between` runs once the result is decided and before anyone hears: an
+    /// operation's `cancel()` tells Foundation there.
+    @inlinable func end<Value>(
+        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false,
+        between: (() -> Void)? = nil
+    ) {
+        let decided = state.withLock { $0.decide(work, with: result, stopping: stopping) }
+        between?()
+        if let decided {
+            stop(decided)
+            settle(work, decided, with: result)
+        }
     }
 
-    /// Decides `work`'s result and serves its callers; nothing if it was already decided.
-    @inlinable func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>) {
-        change { $0.end(work, with: result, stopping: false) }
+    /// The first steps of a decided end: the operation that runs the work lets go of it, so that
+    /// its `cancel()` does not come back here; cancelled work sees it before anyone hears.
+    @usableFromInline func stop<Value>(_ decided: Decided<Value>) {
+        if case .operation(let operation) = decided.runner {
+            operation.unlink()
+        }
+        if decided.stopping {
+            decided.runner.stop()
+        }
     }
 
-    /// Cancels `work` for all its callers.
-    @usableFromInline func cancel<Value>(_ work: Work<Key, Value>) {
-        change { $0.end(work, with: .failure(CoalescingError.cancelled), stopping: true) }
+    /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
+    /// are collected (joined operations finish), the operation that ran the work finishes, then
+    /// the callers hear.
+    @usableFromInline func settle<Value>(_ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>) {
+        guard observer != nil else { return serve(work, decided.runner, with: result) }
+        deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
     }
 
-    /// Cancels the work in flight under every key that `matches`, forgotten work included when
+    @usableFromInline func serve<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>) {
+        let settled = state.withLock { $0.settle(work, with: result) }
+        var delivery = Delivery<Value>()
+        delivery.add(settled.callers)
+        if case .operation(let operation) = runner {
+            operation.resultDecided()
+        }
+        delivery.deliver(result)
+        for (continuation, owed) in settled.held {
+            continuation.resume(with: owed)
+        }
+    }
+
+    /// Cancels the work under every key that `matches`, forgotten work included when
     /// `includingForgotten`, and drops stored results; returns whether there was any.
     func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Bool {
-        let (found, works) = state.withLock { registry -> (Bool, [AnyWork<Key>]) in
-            var works: [AnyWork<Key>] = []
-            var dropped = false
-            for (key, work) in registry.index where matches(key) {
-                if work.isInFlight {
-                    works.append(work)
-                } else {
-                    // A stored prefetched value: dropped.
-                    registry.index[key] = nil
-                    work.isIndexed = false
-                    dropped = true
-                }
-            }
-            if includingForgotten {
-                works += registry.forgotten.values
-            }
-            return (!works.isEmpty || dropped, works)
-        }
+        let (works, found) = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
         for work in works {
             work.cancel(in: self)
         }
@@ -337,32 +227,38 @@ import Foundation
 
     /// Forgets the work in flight under every key that `matches`; returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        state.withLock { registry in
-            registry.index.keys.filter(matches).reduce(false) { registry.forget($1) || $0 }
+        state.withLock { machine in
+            machine.index.keys.filter(matches).reduce(false) { machine.forget($1) || $0 }
         }
     }
 
-    /// Carries out `effects` in the order that keeps every promise: running work sees it was
-    /// cancelled before anyone hears so; absorbed operations finish before the operation that ran
-    /// the work, and that one before any handler runs; the observer hears of the end before the
-    /// callers are handed the result; the priority follows.
-    @inlinable func carryOut<Value>(_ effects: Effects<Value>) {
-        effects.stop?.stop()
-        if let (caller, reason) = effects.withdrawn {
-            caller.tell(.failure(reason.error))
+    // MARK: Progress
+
+    /// The work reports `progress`: every caller that asked for it hears, one call at a time.
+    @usableFromInline func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>) {
+        for (slot, sink) in state.withLock({ $0.report(progress, for: work) }) {
+            deliverCalls(to: slot, of: work, via: sink)
         }
-        var delivery = Delivery<Value>()
-        if let (callers, result) = effects.served {
-            delivery.add(callers, result: result)
+    }
+
+    /// Makes the calls owed to the caller in `slot`, on its queue, until none is left.
+    @usableFromInline func deliverCalls<Value>(to slot: Int, of work: Work<Key, Value>, via sink: ProgressSink) {
+        if let queue = sink.queue {
+            queue.addOperation(DeliveryOperation { self.makeCalls(to: slot, of: work) })
+        } else if sink.onMainActor {
+            Task { @MainActor in self.makeCalls(to: slot, of: work) }
+        } else {
+            makeCalls(to: slot, of: work)
         }
-        effects.ended?.ended()
-        deliverEvents()
-        if let (_, result) = effects.served {
-            delivery.deliver(result)
-        }
-        effects.delivering.forEach(deliver)
-        if let work = effects.reprioritize {
-            applyPriority(of: work)
+    }
+
+    private func makeCalls<Value>(to slot: Int, of work: Work<Key, Value>) {
+        while true {
+            switch state.withLock({ $0.nextCall(work, slot: slot) }) {
+            case .progress(let progress, let sink): sink.onProgress(progress)
+            case .last(let caller, let result): return caller.tell(result)
+            case .none: return
+            }
         }
     }
 
@@ -382,11 +278,11 @@ import Foundation
             return try await withTaskPriorityEscalationHandler {
                 // An escalation between arriving and installing the handler is not reported to it.
                 if let arrivedAt, Task.currentPriority > arrivedAt {
-                    reprioritize(work, slot: slot, to: Urgency(Task.currentPriority))
+                    escalate(work, slot: slot, to: Task.currentPriority)
                 }
                 return try await park(in: work, slot: slot)
             } onPriorityEscalated: { [self] _, raised in
-                reprioritize(work, slot: slot, to: Urgency(raised))
+                escalate(work, slot: slot, to: raised)
             }
         }
         #endif
@@ -396,7 +292,7 @@ import Foundation
     @inlinable func park<Value>(in work: Work<Key, Value>, slot: Int) async throws -> Value {
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
-                if let result = state.withLock({ _ in work.park(continuation, in: slot) }) {
+                if let result = state.withLock({ $0.park(work, continuation, in: slot) }) {
                     continuation.resume(with: result)
                 }
             }
@@ -407,18 +303,23 @@ import Foundation
 
     // MARK: Priority
 
-    /// Changes the priority the caller in `slot` asks for.
-    @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to priority: Urgency?) {
-        let mustApply = state.withLock { _ in work.isInFlight && work.reprioritize(slot, to: priority) }
-        if mustApply {
+    /// Changes the urgency the caller in `slot` asks for; nothing once it has left (Guarantee 19).
+    @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?) {
+        if state.withLock({ $0.reprioritize(work, slot: slot, to: urgency) }) {
+            applyPriority(of: work)
+        }
+    }
+
+    /// A waiting task caller was escalated to `priority`.
+    @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
+        if state.withLock({ $0.reprioritize(work, slot: slot, to: work.priority.urgency(of: priority)) }) {
             applyPriority(of: work)
         }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
     func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) {
-        let mustApply = state.withLock { _ in work.setFloor(change) }
-        if mustApply {
+        if state.withLock({ $0.setFloor(of: work, change) }) {
             applyPriority(of: work)
         }
     }
@@ -430,26 +331,21 @@ import Foundation
     /// changes the priority once the work has started.
     @usableFromInline func applyPriority(of work: AnyWork<Key>) {
         let writer = DispatchGroup()
-        guard state.withLock({ _ in work.claimWriting(writer) }) else { return }
+        guard state.withLock({ $0.claimWriting(work, writer) }) else { return }
         writer.enter()
-        while let priority = state.withLock({ registry -> Urgency? in
-            guard let next = work.nextPriority() else { return nil }
-            registry.record(.priorityChanged(key: work.key, priority: next.event(rising: work.risesOnly)))
-            return next
-        }) {
+        while let priority = state.withLock({ $0.nextPriority(of: work) }) {
             work.write(priority)
         }
         writer.leave()
         deliverEvents()
     }
 
-    /// Marks the work's operation as started: from now on nothing changes its priority. Waits for
-    /// a write in progress; returns whether the work is still in flight, so that its operation
-    /// runs.
+    /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
+    /// progress; returns whether the work is still in flight, so that its operation runs.
     func begin(_ work: AnyWork<Key>) -> Bool {
-        let (inFlight, writer) = state.withLock { _ in work.begin() }
+        let (running, writer) = state.withLock { $0.begin(work) }
         writer?.wait()
-        return inFlight
+        return running
     }
 
     // MARK: Timers
@@ -469,11 +365,7 @@ import Foundation
         guard let threshold = stallThreshold else { return }
         Controls.schedule(after: threshold) { [weak self, weak work] in
             guard let self, let work else { return }
-            let callers = state.withLock { registry -> Int in
-                guard work.isInFlight, work.live > 0 else { return 0 }
-                registry.record(.workStalled(key: work.key, callers: work.live, elapsed: threshold))
-                return work.live
-            }
+            let callers = state.withLock { $0.stalled(work, after: threshold) }
             guard callers > 0 else { return }
             if observer == nil {
                 Controls.warn(
@@ -497,488 +389,137 @@ import Foundation
         }
     }
 
-    @usableFromInline func deliverRecordedEvents() {
+    /// Delivers the events; `settle`, a work's end, runs right after the events recorded before
+    /// it: here, or on the thread already delivering.
+    @usableFromInline func deliverRecordedEvents(then settle: (@Sendable () -> Void)? = nil) {
         guard let observer else { return }
-        var batch = state.withLock { registry -> [CoalescingEvent<Key>] in
-            guard !registry.isDelivering, registry.events?.isEmpty == false else { return [] }
-            registry.isDelivering = true
-            return registry.takeEvents()
-        }
-        while !batch.isEmpty {
-            for event in batch {
-                observer(event)
-            }
-            batch.removeAll(keepingCapacity: true)
-            batch = state.withLock { [batch] registry in
-                registry.spare = batch
-                guard registry.events?.isEmpty == false else {
-                    registry.isDelivering = false
-                    return []
+        var batch = state.withLock { $0.startDelivering(then: settle) }
+        var settle = batch == nil ? nil : settle
+        while var items = batch {
+            for item in items {
+                switch item {
+                case .event(let event): observer(event)
+                case .settle(let settle): settle()
                 }
-                return registry.takeEvents()
             }
+            settle?()
+            settle = nil
+            items.removeAll(keepingCapacity: true)
+            batch = state.withLock { [items] in $0.continueDelivering(reusing: items) }
         }
-    }
-
-    // MARK: Reading
-
-    var statistics: CoalescingStatistics {
-        state.withLock { $0.statistics }
     }
 }
 
-extension Engine.Registry {
-    /// Takes the recorded events, leaving the spare buffer in their place.
-    mutating func takeEvents() -> [CoalescingEvent<Key>] {
-        var taken = spare
-        spare = []
-        swap(&taken, &events!)
+extension Machine {
+    /// Event: a thread offers to deliver the events. Returns the batch if it is the one to;
+    /// otherwise queues `settle` behind them for the thread that is.
+    mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
+        guard !outbox!.isDelivering else {
+            if let settle {
+                outbox!.pending.append(.settle(settle))
+            }
+            return nil
+        }
+        outbox!.isDelivering = true
+        return takeEvents()
+    }
+
+    /// Event: a batch was delivered. Returns the next one, or nil, with delivery over.
+    mutating func continueDelivering(reusing spare: [Outbox<Key>.Item]) -> [Outbox<Key>.Item]? {
+        outbox!.spare = spare
+        guard !outbox!.pending.isEmpty else {
+            outbox!.isDelivering = false
+            return nil
+        }
+        return takeEvents()
+    }
+
+    mutating func takeEvents() -> [Outbox<Key>.Item] {
+        var taken = outbox!.spare
+        outbox!.spare = []
+        swap(&taken, &outbox!.pending)
         return taken
     }
 }
 
-// MARK: - Effects
+// MARK: - Operations arriving
 
-/// What a transition decided must happen once the lock is released; ``Engine/carryOut(_:)`` does
-/// it, always in the same order.
-extension Engine {
-    @usableFromInline struct Effects<Value: Sendable> {
-        /// Cancelled or abandoned work to stop, before anyone hears of it.
-        @usableFromInline var stop: Runner<Value>?
-        /// A caller that left, and why: it hears its error.
-        @usableFromInline var withdrawn: (Caller<Value>, WithdrawalReason)?
-        /// The callers to serve with the decided result.
-        @usableFromInline var served: (Callers<Value>, Result<Value, Error>)?
-        /// The runner whose work ended: an operation's lifecycle finishes after its absorbed
-        /// operations' and before any handler runs.
-        @usableFromInline var ended: Runner<Value>?
-        /// Work whose callers' priorities changed.
-        @usableFromInline var reprioritize: AnyWork<Key>?
-        /// Callers that asked for progress, with their last call to deliver after it.
-        @usableFromInline var delivering: [Watcher] = []
-
-        @inlinable init() {}
-    }
-}
-
-// MARK: - One piece of work
-
-/// What the registry needs of a work whatever its `Value`: its key, its callers' count and
-/// priorities, and whether it is still in flight.
-///
-/// Every `var` here and in ``Work`` is read and written only under the lock of the engine that
-/// holds the work.
-@usableFromInline class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
-    // @unchecked: every `var` is guarded by the lock of the `Engine` that created the work. The same
-    // lock makes every access exclusive, so the runtime's exclusivity checks are switched off for
-    // them (`@exclusivity(unchecked)`): measured, they cost a join ~290 instructions.
-    @usableFromInline let key: Key
-    /// Callers waiting now.
-    @usableFromInline @exclusivity(unchecked) var live = 0
-    /// Callers that ever arrived: the first started the work, the others joined it.
-    @usableFromInline @exclusivity(unchecked) var arrivals = 0
-    /// Callers that reserved a slot and have not parked their continuation yet.
-    @usableFromInline @exclusivity(unchecked) var unparked = 0
-    /// Whether its result is still open.
-    @usableFromInline @exclusivity(unchecked) var isInFlight = true
-    /// Whether new callers find the work under its key (or its stored value).
-    @usableFromInline @exclusivity(unchecked) var isIndexed = true
-    /// Whether a prefetch ever joined: the value is then stored if no consumer waits for it.
-    @usableFromInline @exclusivity(unchecked) var isPrefetch = false
-    /// What happens when the last caller withdraws.
-    @usableFromInline let policy: AbandonedWorkPolicy
-    /// When the work started; only read where an observer wants durations.
-    let startedAt: ContinuousClock.Instant?
-
-    // The priority: the most urgent waiting caller's, over the floor the app set on the operation.
-    @usableFromInline @exclusivity(unchecked) var priorities: ContiguousArray<Urgency?> = []
-    @usableFromInline @exclusivity(unchecked) var floor: Urgency
-    /// What was last written to whatever runs the work.
-    @usableFromInline @exclusivity(unchecked) var applied: Urgency
-    /// The thread writing the priority, if one is; the operation's start waits for it.
-    @exclusivity(unchecked) var writer: DispatchGroup?
-    /// Set when the operation starts: its priority no longer moves.
-    @usableFromInline @exclusivity(unchecked) var isPriorityFrozen = false
-
-    /// A task's priority: it only ever rises, so nothing is kept per caller.
-    @usableFromInline let risesOnly: Bool
-
-    /// The latest progress the work reported, for callers who join later.
-    @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
-    /// The callers that asked for progress, by slot: empty, and free, when none did.
-    @usableFromInline @exclusivity(unchecked) var watchers: [Int: Watcher] = [:]
-
-    @usableFromInline init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
-        self.key = key
-        self.policy = policy
-        self.risesOnly = risesOnly
-        self.floor = floor
-        applied = floor
-        startedAt = timed ? .now : nil
-    }
-
-    /// When a stored value expires, if one is stored.
-    var storedUntil: ContinuousClock.Instant? { preconditionFailure("AnyWork is abstract") }
-    func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
-    func write(_ priority: Urgency) { preconditionFailure("AnyWork is abstract") }
-
-    // MARK: Priority, under the engine's lock
-
-    /// The priority the work should have: the most urgent waiting caller's, over the floor.
-    /// Recomputed from the callers each time, rather than tracked.
-    var target: Urgency {
-        priorities.reduce(floor) { current, next in next.map(current.raised) ?? current }
-    }
-
-    /// Records the priority the caller in `slot` asks for; returns whether it raises the work.
-    /// A task's priority only ever rises, so a more urgent task caller raises the work's own and
-    /// nothing is kept per caller.
-    @usableFromInline func demand(_ urgency: Urgency, from slot: Int) -> Bool {
-        if risesOnly {
-            floor = floor.raised(to: urgency)
-        } else {
-            while priorities.count <= slot {
-                priorities.append(nil)
+extension Engine where Key == OperationKey {
+    /// An operation arrives: it joins identical work in flight, or starts new work (its own caller,
+    /// watching `sink`, the first to wait), or, not fresh, is left alone or handed to the queue.
+    /// Then `newcomer`, if any, waits for the work the operation started or joined, in place of
+    /// the operation's own caller, with the operation's urgency unless it states its own.
+    @inlinable func admit<Value>(
+        _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
+        then newcomer: OperationQueueManager.Newcomer<Value>?
+    ) -> OperationQueueManager.Admitted<Value> {
+        // Read before locking: the getters are overridable, and no user code runs under our lock.
+        let urgency = Urgency(OperationPriority(of: operation))
+        let policy = operation.abandonedWorkPolicy
+        let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
+        return state.withLock { machine in
+            var admitted = OperationQueueManager.Admitted<Value>()
+            if let work = machine.inFlight(key, as: Value.self),
+                operation.take(work, of: self, slot: work.callers.entries.count)
+            {
+                let joined = machine.join(work, .operation(operation), asking: urgency, watching: sink)
+                admitted = .init(.joinedWork, Entry(work, joined))
+            } else if case let work = Work<OperationKey, Value>(
+                key: key, runner: .operation(operation), policy: policy, floor: urgency, timed: machine.outbox != nil),
+                operation.take(work, of: self, slot: nil)
+            {
+                machine.start(work)
+                let own = operation.completionHandler.map { Caller.handler($0, queue: operation.callBackQueue) }
+                let joined = own.map { machine.join(work, $0, asking: nil, watching: sink) }
+                admitted = .init(.startedWork, Entry(work, joined, started: true))
+                admitted.queued = true
+            } else if let runs = operation.claimForQueue() {
+                // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
+                admitted.admission = runs ? .startedWork : .ignored
+                admitted.queued = true
+            } else if newcomer != nil, let work = operation.work(in: self), case .running = work.phase {
+                // Enqueued here before: a caller brought with it waits for the work it runs or
+                // joined, while its result is open; otherwise it hears the operation was not fresh.
+                admitted = .init(.joinedWork, Entry(work, nil))
             }
-            priorities[slot] = urgency
+            if let newcomer, let entry = admitted.entry {
+                var joined = machine.join(
+                    entry.work, newcomer.caller, asking: newcomer.urgency ?? urgency, watching: newcomer.sink)
+                joined.raised = joined.raised || entry.joined?.raised == true
+                admitted.entry = Entry(entry.work, joined, started: entry.started)
+            }
+            return admitted
         }
-        return !isPriorityFrozen && applied.raised(to: urgency) != applied
     }
 
-    /// Forgets the priority of the caller in `slot`; returns whether the work must follow: only a
-    /// caller holding up one of the work's knobs lowers it by leaving.
-    func release(_ slot: Int) -> Bool {
-        guard priorities.indices.contains(slot), let released = priorities[slot] else { return false }
-        priorities[slot] = nil
-        return !isPriorityFrozen && released.holdsUp(applied)
-    }
-
-    func reprioritize(_ slot: Int?, to urgency: Urgency?) -> Bool {
-        guard let slot else { return false }
-        let released = release(slot)
-        return (urgency.map { demand($0, from: slot) } ?? false) || released
-    }
-
-    func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
-        var own = floor.operationPriority
-        change(&own)
-        floor = Urgency(own)
-        return !isPriorityFrozen
-    }
-
-    /// Takes the right to write the priority, unless another thread holds it or nothing changed.
-    func claimWriting(_ group: DispatchGroup) -> Bool {
-        guard writer == nil, !isPriorityFrozen, isInFlight else { return false }
-        writer = group
-        return true
-    }
-
-    /// The next priority to write, or nil, letting go of the right, when the runner has it.
-    func nextPriority() -> Urgency? {
-        let target = target
-        guard !isPriorityFrozen, isInFlight, target != applied else {
-            writer = nil
-            return nil
-        }
-        applied = target
-        return target
-    }
-
-    func begin() -> (inFlight: Bool, writer: DispatchGroup?) {
-        isPriorityFrozen = true
-        return (isInFlight, writer)
-    }
-}
-
-/// One run of the work for one key, and the callers waiting for it.
-@usableFromInline final class Work<Key: Hashable & Sendable, Value: Sendable>: AnyWork<Key>, @unchecked Sendable {
-    // @unchecked: like `AnyWork`, every `var` is guarded by the engine's lock.
-    @usableFromInline @exclusivity(unchecked) var callers = Callers<Value>()
-    @usableFromInline @exclusivity(unchecked) var phase: Phase<Value>
-    /// A prefetched value no consumer took, and until when it waits for one.
-    @usableFromInline @exclusivity(unchecked) var stored: (value: Value, until: ContinuousClock.Instant)?
-
-    @usableFromInline
-    init(key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, timed: Bool) {
-        phase = .inFlight(runner)
-        let risesOnly = if case .task = runner { true } else { false }
-        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, timed: timed)
-    }
-
-    override var storedUntil: ContinuousClock.Instant? { stored?.until }
-
-    override func cancel(in engine: Engine<Key>) {
-        engine.cancel(self)
-    }
-
-    override func write(_ priority: Urgency) {
-        phase.runner?.prioritize(priority)
-    }
-
-    /// Attaches the runner once it exists: a task is created after its work.
-    @usableFromInline func attach(_ runner: Runner<Value>) {
-        phase = .inFlight(runner)
-    }
-
-    /// Parks `continuation` in `slot`; returns the result to resume it with at once, if known.
-    @inlinable func park(_ continuation: UnsafeContinuation<Value, Error>, in slot: Int) -> Result<Value, Error>? {
-        unparked -= 1
-        switch (callers.entries[slot], phase) {
-        case (.task(nil, let consumes), .inFlight):
-            callers.entries[slot] = .task(continuation, consumes: consumes)
-            return nil
-        case (.left(let reason), _):
-            return .failure(reason.error)
-        case (.task(nil, _), .ended(let result?)):
-            // Progress still being delivered to this caller goes first (Guarantee 24).
-            if let watcher = watchers[slot], watcher.isDelivering {
-                watcher.last = { continuation.resume(with: result) }
+    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if it is fresh and the work's
+    /// result is still open. Returns whether it joined.
+    func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
+        let urgency = Urgency(OperationPriority(of: rider))
+        let entry = state.withLock { machine -> Entry<Value>? in
+            guard case .running = work.phase, rider.take(work, of: self, slot: work.callers.entries.count) else {
                 return nil
             }
-            return result
-        default:
-            preconditionFailure("Work: slot \(slot) parked twice, or after its result was dropped")
+            return Entry(work, machine.join(work, .operation(rider), asking: urgency))
         }
-    }
-}
-
-/// Where a work stands.
-@usableFromInline enum Phase<Value: Sendable> {
-    /// In flight, run by `runner`.
-    case inFlight(Runner<Value>)
-    /// Decided. The result is kept only for callers that have yet to park.
-    case ended(Result<Value, Error>?)
-
-    @usableFromInline var runner: Runner<Value>? {
-        if case .inFlight(let runner) = self { runner } else { nil }
-    }
-}
-
-/// What runs the work: an operation on a queue, or a task.
-@usableFromInline enum Runner<Value: Sendable> {
-    case operation(ConcurrentOperation<Value>)
-    /// A task; nil for the moment between creating the work and starting its task.
-    case task(Task<Void, Never>?)
-
-    /// Stops the work: cancels the operation (through its `cancel()`, which a subclass may
-    /// override to stop what it started) or the task.
-    @usableFromInline func stop() {
-        switch self {
-        case .operation(let operation): operation.cancel()
-        case .task(let task): task?.cancel()
-        }
+        follow(entry, timeout: nil)
+        return entry != nil
     }
 
-    /// The work's result was handed out: an operation's lifecycle moves on.
-    @usableFromInline func ended() {
-        if case .operation(let operation) = self {
-            operation.workEnded()
-        }
-    }
-
-    func prioritize(_ urgency: Urgency) {
-        switch self {
-        case .operation(let operation): operation.write(urgency.operationPriority)
-        case .task(let task?): Controls.escalate(task, to: urgency.taskPriority)
-        case .task(nil): break
-        }
-    }
-}
-
-// MARK: - Callers
-
-/// One caller waiting for a work's result.
-@usableFromInline enum Caller<Value: Sendable> {
-    /// A completion handler, called on `queue`, or on the thread that serves it when nil.
-    case handler(@Sendable (Result<Value, Error>) -> Void, queue: OperationQueue?)
-    /// An operation absorbed into the work: it never runs, finishes when served, and hands the
-    /// result to its own handler. Without one (`waits` false) it waits for nobody: it is finished
-    /// with the work, but counts as no caller.
-    case operation(ConcurrentOperation<Value>, waits: Bool)
-    /// A waiting task: nil until it parks its continuation. `consumes` marks a consumer of a
-    /// prefetchable coalescer, which takes the value instead of leaving it stored.
-    case task(UnsafeContinuation<Value, Error>?, consumes: Bool)
-    /// A caller that left before the result; kept so that the other slots stay valid.
-    case left(WithdrawalReason)
-
-    /// Whether a party waits for the result: everyone but an absorbed operation without a
-    /// handler, and a caller that left.
-    @usableFromInline var waits: Bool {
-        switch self {
-        case .handler, .task: true
-        case .operation(_, let waits): waits
-        case .left: false
-        }
-    }
-
-    /// Hands one caller its result, outside any delivery batch.
-    @usableFromInline func tell(_ result: Result<Value, Error>) {
-        var delivery = Delivery<Value>()
-        var callers = Callers<Value>()
-        _ = callers.add(self)
-        delivery.add(callers, result: result)
-        delivery.deliver(result)
-    }
-}
-
-/// The callers of one work, in slots that stay valid when a caller leaves.
-///
-/// Joining costs one append, whatever the number of callers. The list also tracks whether every
-/// caller so far is a handler on one queue, so that the result reaches them all in one hop as the
-/// list itself.
-@usableFromInline struct Callers<Value: Sendable> {
-    @usableFromInline var entries: ContiguousArray<Caller<Value>> = []
-    @usableFromInline var queues = Queues.none
-
-    @usableFromInline enum Queues {
-        case none
-        /// Every caller is a handler on this queue (nil: served on the settling thread).
-        case one(OperationQueue?)
-        case several
-    }
-
-    @inlinable init() {}
-
-    @inlinable mutating func add(_ caller: Caller<Value>) -> Int {
-        switch (caller, queues) {
-        case (.handler(_, let queue), .none): queues = .one(queue)
-        case (.handler(_, let queue), .one(let shared)) where shared === queue: break
-        default: queues = .several
-        }
-        if entries.count == 1 {
-            // Work that one caller joins often draws a crowd: grow once, not at every doubling.
-            entries.reserveCapacity(16)
-        }
-        entries.append(caller)
-        return entries.count - 1
-    }
-
-    /// Takes the caller in `slot` out, leaving why it left; nil if it had already left.
-    @usableFromInline mutating func remove(_ slot: Int, reason: WithdrawalReason) -> Caller<Value>? {
-        guard entries.indices.contains(slot) else { return nil }
-        let caller = entries[slot]
-        if case .left = caller { return nil }
-        entries[slot] = .left(reason)
-        return caller
-    }
-
-    /// Whether a consumer of a prefetch still waits: the value is then its, not stored.
-    var hasConsumer: Bool {
-        entries.contains { if case .task(_, consumes: true) = $0 { true } else { false } }
-    }
-}
-
-/// Hands a decided result to callers: one hop per distinct callback queue, then the handlers
-/// without one and the waiting tasks, on this thread.
-///
-/// A million callers on one queue cost one queue hop and a loop, not a million hops or a million
-/// nested closures, and the loop runs on the callers' queue, so the stack never grows with them.
-/// Absorbed operations finish as they are collected: before the operation that ran the work, and
-/// before any handler runs.
-@usableFromInline struct Delivery<Value: Sendable> {
-    @usableFromInline typealias Handlers = ContiguousArray<Caller<Value>>
-
-    @usableFromInline var inline: Handlers = []
-    @usableFromInline var groups: ContiguousArray<(queue: OperationQueue, handlers: Handlers)> = []
-    @usableFromInline var continuations: [UnsafeContinuation<Value, Error>] = []
-    /// Where each queue's group is; consulted only for callers on more than one queue.
-    @usableFromInline var groupIndex: [ObjectIdentifier: Int] = [:]
-
-    @inlinable init() {}
-
-    @inlinable mutating func add(_ callers: Callers<Value>, result: Result<Value, Error>) {
-        if case .one(let queue) = callers.queues {
-            // The common case: every caller is a handler on one queue; the list moves whole.
-            if let queue {
-                groups.append((queue, callers.entries))
-            } else {
-                inline = callers.entries
+    /// Work for an operation that others join by hand, in an engine of its own that indexes it
+    /// nowhere: its result takes the same path as any other.
+    static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
+        let engine = Engine(observer: nil, stallThreshold: nil)
+        let work = Work<OperationKey, Value>(
+            key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
+            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), timed: false)
+        return engine.state.withLock { machine in
+            guard operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
+            work.isIndexed = false
+            if let own = operation.completionHandler {
+                _ = machine.join(work, .handler(own, queue: operation.callBackQueue), asking: nil)
             }
-            return
-        }
-        for caller in callers.entries {
-            add(caller, result: result)
-        }
-    }
-
-    @inlinable mutating func add(_ caller: Caller<Value>, result: Result<Value, Error>) {
-        switch caller {
-        case .handler(_, queue: nil):
-            inline.append(caller)
-        case .handler(_, queue: let queue?):
-            groups[group(for: queue)].handlers.append(caller)
-        case .operation(let operation, _):
-            if let own = operation.finishRide() {
-                add(own, result: result)
-            }
-        case .task(let continuation?, _):
-            continuations.append(continuation)
-        case .task(nil, _), .left:
-            // Not parked yet: it reads the result when it parks. Left: it heard already.
-            break
-        }
-    }
-
-    /// Hands `result` to every caller collected.
-    @inlinable consuming func deliver(_ result: Result<Value, Error>) {
-        for (queue, handlers) in groups {
-            queue.addOperation(DeliveryOperation { Self.serve(handlers, with: result) })
-        }
-        Self.serve(inline, with: result)
-        for continuation in continuations {
-            continuation.resume(with: result)
-        }
-    }
-
-    @inlinable static func serve(_ handlers: Handlers, with result: Result<Value, Error>) {
-        for case .handler(let handler, _) in handlers {
-            handler(result)
-        }
-    }
-
-    @inlinable mutating func group(for queue: OperationQueue) -> Int {
-        let id = ObjectIdentifier(queue)
-        if let index = groupIndex[id] {
-            return index
-        }
-        groups.append((queue, []))
-        groupIndex[id] = groups.count - 1
-        return groups.count - 1
-    }
-}
-
-/// Serves a group of handlers on the queue it is added to.
-///
-/// Not generic: the closure is built where the result's type is known, so the loop inside it is
-/// specialized rather than run through generic metadata.
-@usableFromInline final class DeliveryOperation: Operation, @unchecked Sendable {
-    // @unchecked: `serve` is immutable and the queue hands the operation to one thread.
-    private let serve: () -> Void
-
-    @usableFromInline init(serve: @escaping () -> Void) {
-        self.serve = serve
-    }
-
-    @usableFromInline override func main() {
-        serve()
-    }
-
-    /// Does nothing: a delivery carries results its callers are owed.
-    ///
-    /// Foundation's `start()` skips `main()` on a cancelled operation, so a delivery that could be
-    /// cancelled would lose its callers' callbacks whenever something cancels the operations on
-    /// their queue: ``OperationQueueManager/cancelAll()`` when the callback queue is the manager's
-    /// own, `cancelAllOperations()` on a busy callback queue, or an app clearing its own queue.
-    @usableFromInline override func cancel() {}
-}
-
-extension WithdrawalReason {
-    /// What a caller that left for this reason hears, whichever half it came through: a caller that
-    /// withdrew itself hears `CancellationError`, one whose timeout passed ``CoalescingError/timedOut``.
-    @usableFromInline var error: any Error {
-        switch self {
-        case .withdrawn: CancellationError()
-        case .timedOut: CoalescingError.timedOut
+            return work
         }
     }
 }

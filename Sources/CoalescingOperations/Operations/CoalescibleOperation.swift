@@ -58,6 +58,8 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// `"questions"`.
     public let identifier: String
 
+    @usableFromInline let link = LockedState(Link.fresh)
+
     /// Creates an operation whose caller, if any, is `completionHandler`, called on
     /// `callBackQueue`.
     ///
@@ -122,19 +124,111 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// Sets the floor under the callers' priorities while the work waits on its queue; false if
     /// the operation runs no work an engine holds waiting, so that the setter writes through.
     private final func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
-        guard case .idle(.work(let engine, let work, _), _) = lifecycle.withLock({ $0 }) else { return false }
+        guard case .runs(let engine, let work) = link.withLock({ $0 }), case .idle = lifecycle.withLock({ $0 }) else {
+            return false
+        }
         engine.setFloor(of: work, change)
         return true
     }
 
-    /// The work this operation runs or rides on, in the engine that holds it, while in flight.
-    @usableFromInline final var work: (Engine<OperationKey>, Work<OperationKey, Value>)? {
-        switch lifecycle.withLock({ $0 }) {
-        case .idle(.work(let engine, let work, _), _), .executing(.work(let engine, let work, _)),
-            .riding(let engine, let work, _, _):
-            (engine, work)
-        case .idle(.own, _), .executing(.own), .decidedBeforeStart, .finished:
-            nil
+    // MARK: The work it runs or joins
+
+    /// Where the operation's result is decided.
+    @usableFromInline enum Link {
+        /// Nobody has taken it: a manager may, to run or join work.
+        case fresh
+        /// Decided by itself, as a plain operation, before anyone took it.
+        case alone
+        /// Runs `work`, held by `engine`.
+        case runs(Engine<OperationKey>, Work<OperationKey, Value>)
+        /// Joined `work` as the caller in `slot`: it never runs, and finishes when it hears.
+        case rides(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
+        /// Ran work whose result was decided: only Foundation still hears of a `cancel()`.
+        case ended
+    }
+
+    /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
+    /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
+    /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
+    /// an operation's locks are only ever taken inside it.
+    @usableFromInline final func take(
+        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
+    ) -> Bool {
+        link.withLock { link in
+            guard case .fresh = link, lifecycle.withLock({ $0 == .idle(onQueue: false) }) else {
+                return false
+            }
+            lifecycle.withLock { $0 = .idle(onQueue: queued) }
+            link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work)
+            return true
         }
+    }
+
+    /// The operation joined work and has heard: it finishes, and lets go of the work.
+    @usableFromInline final func finishJoined() {
+        unlink()
+        finishWithoutRunning()
+    }
+
+    /// Its work's result was decided: its `cancel()` no longer goes to the engine.
+    @usableFromInline final func unlink() {
+        link.withLock { $0 = .ended }
+    }
+
+    /// The work this operation runs or rides on in `engine`, if any.
+    @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
+        switch link.withLock({ $0 }) {
+        case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
+        case .fresh, .alone, .ended: nil
+        }
+    }
+
+    @usableFromInline override final func settle(_ result: Result<Value, Error>, cancelling: Bool) {
+        let taken = link.withLock { link -> Link in
+            defer {
+                if case .fresh = link { link = .alone }
+            }
+            return link
+        }
+        switch taken {
+        case .fresh, .alone:
+            super.settle(result, cancelling: cancelling)
+        case .runs(let engine, let work):
+            if cancelling {
+                engine.end(work, with: result) { self.cancelInFoundation() }
+            } else {
+                engine.end(work, with: result)
+            }
+        case .rides(let engine, let work, let slot):
+            if cancelling {
+                cancelInFoundation()
+            }
+            // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).
+            engine.withdraw(work, slot: slot, reason: .withdrawn, hearing: cancelling ? nil : result)
+        case .ended:
+            if cancelling {
+                cancelInFoundation()
+            }
+        }
+    }
+
+    override final func willRun() -> Bool {
+        switch link.withLock({ $0 }) {
+        case .runs(let engine, let work): engine.begin(work)
+        case .rides, .ended: false
+        case .fresh, .alone: true
+        }
+    }
+
+    override final func reported(_ progress: WorkProgress) {
+        if case .runs(let engine, let work) = link.withLock({ $0 }) {
+            engine.report(progress, for: work)
+        }
+    }
+
+    /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.
+    final func write(_ priority: OperationPriority) {
+        super.queuePriority = priority.queuePriority
+        super.qualityOfService = priority.qualityOfService
     }
 }

@@ -44,13 +44,16 @@ import Foundation
 /// All callers receive the same `Value` instance, on their own queues: `Value` is `Sendable`, so
 /// the compiler checks that sharing it is safe.
 open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable {
-    // @unchecked: every mutable property lives in `lifecycle`, guarded by its lock; the rest is `let`.
+    // @unchecked: the only mutable state is `lifecycle`, guarded by its lock; the rest is `let`.
 
     /// The queue the completion handler runs on; nil runs it on the thread that finishes the
     /// operation.
     public let callBackQueue: OperationQueue?
 
-    @usableFromInline let lifecycle: LockedState<Lifecycle<Value>>
+    /// The operation's own caller, if it has one.
+    @usableFromInline let completionHandler: (@Sendable (Result<Value, Error>) -> Void)?
+
+    @usableFromInline let lifecycle: LockedState<Lifecycle>
 
     /// Creates an operation that calls `completionHandler` once with its result.
     ///
@@ -68,8 +71,8 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
         // Inlinable, so that it is specialized in the caller's module: generic, it cost every
         // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
         self.callBackQueue = callBackQueue
-        let own = completionHandler.map { Caller<Value>.handler($0, queue: callBackQueue) }
-        lifecycle = LockedState(.idle(.own(own), onQueue: false))
+        self.completionHandler = completionHandler
+        lifecycle = LockedState(.idle(onQueue: false))
         super.init()
     }
 
@@ -97,32 +100,27 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     public final override func start() {
         // The state may move to executing or straight to finished; announce both around the change.
         let step = postingChanges(to: ["isExecuting", "isFinished"]) {
-            lifecycle.withLock { lifecycle -> StartStep in
+            lifecycle.withLock { lifecycle -> Lifecycle? in
+                let before = lifecycle
                 switch lifecycle {
-                case .idle(let link, _):
-                    lifecycle = .executing(link)
-                    if case .work(let engine, let work, _) = link { return .run(engine, work) }
-                    return .run(nil, nil)
-                case .decidedBeforeStart:
-                    lifecycle = .finished
-                    return .finishedWithoutRunning
-                case .executing, .riding, .finished:
-                    return .none
+                case .idle: lifecycle = .executing
+                case .decidedBeforeStart: lifecycle = .finished
+                case .executing, .finished: return nil
                 }
+                return before
             }
         }
         switch step {
-        case .run(let engine, let work):
-            // From here the work's priority stays as it is; work decided meanwhile does not run.
-            if let engine, let work, !engine.begin(work) {
-                releaseDependencies()
-            } else {
+        case .idle?:
+            if willRun() {
                 main()
+            } else {
+                releaseDependencies()
             }
-        case .finishedWithoutRunning:
+        case .decidedBeforeStart?:
             // Its queue may let go of it once it is finished; this call still holds it.
             releaseDependencies()
-        case .none:
+        case .executing?, .finished?, nil:
             break
         }
     }
@@ -144,23 +142,18 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     ///
     /// - Parameter result: The value, or the error, every caller receives.
     @inlinable public final func finish(result: Result<Value, Error>) {
-        if let (engine, work) = ownWork() {
-            engine.settle(work, with: result)
-        } else {
-            leaveRide(with: result)
-        }
+        settle(result, cancelling: false)
     }
 
     /// Reports how far the work has got, from any thread, as often as it likes: every caller that
     /// asked for progress receives it on its own queue, the latest value winning when updates
     /// come faster than a caller takes them, and always before the result (Guarantees 24 to 27).
-    /// Ignored once the result is decided, and by an operation that joined other work.
+    /// Ignored once the result is decided, before the operation is enqueued, and by an operation
+    /// that joined other work: nobody asked it for progress.
     ///
     /// - Parameter progress: How far the work has got.
     public final func report(progress: WorkProgress) {
-        if let (engine, work) = ownWork() {
-            engine.report(progress, for: work)
-        }
+        reported(progress)
     }
 
     /// Cancels the operation: every caller still waiting receives
@@ -174,111 +167,139 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// - For a ``CoalescibleOperation`` that joined other work, this withdraws its caller only,
     ///   which hears `CancellationError`; see ``CoalescibleOperation``.
     open override func cancel() {
-        guard let (engine, work) = ownWork() else {
-            if case .riding(let engine, let work, let slot, _) = lifecycle.withLock({ $0 }) {
-                super.cancel()
-                engine.withdraw(work, slot: slot, reason: .withdrawn)
-            }
-            return
+        settle(.failure(CoalescingError.cancelled), cancelling: true)
+    }
+
+    // MARK: What a subclass of the library's changes
+
+    /// Decides the result and hands it to the operation's own caller. Deciding comes before
+    /// Foundation hears of a cancellation (`cancelling`): `super.cancel()` makes an operation that
+    /// waits on dependencies ready, and its queue may start it at once on another thread, where
+    /// `start()` must find the result decided. Serving comes after: running work sees
+    /// `isCancelled` before its caller hears.
+    @usableFromInline func settle(_ result: Result<Value, Error>, cancelling: Bool) {
+        let decided = resultDecided()
+        if cancelling {
+            cancelInFoundation()
         }
-        // Three steps, in this order. Deciding comes before Foundation hears of it:
-        // `super.cancel()` makes an operation that waits on dependencies ready, and its queue may
-        // start it at once on another thread, where `start()` must find the work decided. Serving
-        // comes after: running work sees `isCancelled` before any caller hears.
-        let effects = engine.state.withLock { $0.end(work, with: .failure(CoalescingError.cancelled), stopping: false) }
+        if decided, let completionHandler {
+            if let callBackQueue {
+                callBackQueue.addOperation(DeliveryOperation { completionHandler(result) })
+            } else {
+                completionHandler(result)
+            }
+        }
+    }
+
+    /// Whether `start()` goes on to `main()`.
+    func willRun() -> Bool { true }
+
+    /// Where reported progress goes: nobody asked a plain operation for it.
+    func reported(_ progress: WorkProgress) {}
+
+    /// Foundation's own `cancel()`: sets `isCancelled`.
+    final func cancelInFoundation() {
         super.cancel()
-        engine.carryOut(effects)
-    }
-
-    /// An absorbed operation finishing by itself leaves the work it rode on with its own result.
-    @usableFromInline final func leaveRide(with result: Result<Value, Error>) {
-        guard case .riding(let engine, let work, let slot, let own) = lifecycle.withLock({ $0 }) else { return }
-        // Finished first, so that the engine finds nobody left to serve in its slot.
-        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
-        own?.tell(result)
-        engine.withdraw(work, slot: slot, reason: .withdrawn)
     }
 }
 
-/// What `start()` does once its lifecycle moved: run the work (and tell the engine, if one holds
-/// it), let go of the dependencies of an operation that finished without running, or nothing.
-private enum StartStep {
-    case run(Engine<OperationKey>?, AnyWork<OperationKey>?)
-    case finishedWithoutRunning
-    case none
+// MARK: - Foundation's lifecycle
+
+/// An operation's life as Foundation sees it. The result is decided once; the lifecycle reaches
+/// `.finished` only once the result is decided *and* the queue has started the operation, since
+/// an operation that reports finished before its queue started it corrupts the queue.
+@usableFromInline enum Lifecycle: Equatable {
+    /// Not started. `onQueue` once it was handed to a queue through the library, so that it is
+    /// never added twice.
+    case idle(onQueue: Bool)
+    /// Started by its queue (or by hand), its result not yet decided.
+    case executing
+    /// Its result was decided before its queue started it: `start()` finishes it without calling
+    /// `main()`.
+    case decidedBeforeStart(onQueue: Bool)
+    case finished
 }
-
-// MARK: - The work an operation runs
-
-// Beside `finish`, `cancel` and `report`, which call it (as does the deprecated `coalesce`): a result
-// then goes from this file to the engine, and from the engine to the steps in
-// OperationLifecycle.swift, never back to a file it left.
 
 extension ConcurrentOperation {
-    /// The work this operation runs, in the engine that holds it. An operation that no manager
-    /// holds adopts one the first time it needs it (to finish, to be cancelled, to absorb another
-    /// by hand), in an engine shared by all such operations that indexes none of them: its result
-    /// then takes the same path as any other. Nil for an operation that rides on other work or
-    /// whose result is decided.
-    @usableFromInline final func ownWork() -> (Engine<OperationKey>, Work<OperationKey, Value>)? {
-        // Read before locking, and only for an operation that must adopt work: the getters are
-        // overridable, and no user code runs under a lock.
-        var adopting: (policy: AbandonedWorkPolicy, floor: OperationPriority)?
-        if case .own? = lifecycle.withLock({ $0.link }) {
-            adopting = (
-                (self as? CoalescibleOperation<Value>)?.abandonedWorkPolicy ?? .cancel, OperationPriority(of: self)
-            )
+    /// The result is decided: a running operation finishes now, one its queue has yet to start
+    /// finishes when it does. Returns whether this call decided it.
+    @usableFromInline @discardableResult final func resultDecided() -> Bool {
+        let (decided, finishing) = lifecycle.withLock { lifecycle -> (Bool, Bool) in
+            switch lifecycle {
+            case .idle(let onQueue):
+                lifecycle = .decidedBeforeStart(onQueue: onQueue)
+                return (true, false)
+            case .executing:
+                return (true, true)
+            case .decidedBeforeStart, .finished:
+                return (false, false)
+            }
         }
-        return lifecycle.withLock { lifecycle in
-            guard let link = lifecycle.link else { return nil }
-            guard case .own(let own) = link, let (policy, floor) = adopting else {
-                // Adopted since it was read: a link never goes back to `.own`.
-                if case .work(let engine, let work, _) = link { return (engine, work) }
-                preconditionFailure("ConcurrentOperation: work adopted and dropped")
+        if finishing {
+            postingChanges(to: ["isExecuting", "isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        }
+        releaseDependenciesIfUnqueued()
+        return decided
+    }
+
+    /// Finishes an operation that will never run (one that joined other work), once.
+    @usableFromInline final func finishWithoutRunning() {
+        guard lifecycle.withLock({ if case .finished = $0 { false } else { true } }) else { return }
+        releaseDependencies()
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+    }
+
+    /// Claims an operation that is on no queue for one, so that it is never added twice: true if
+    /// the queue will run it, false if its result was decided before it was enqueued (the queue
+    /// then finishes it at once, so that operations depending on it do not wait forever), nil if
+    /// it must not be added to a queue.
+    @usableFromInline final func claimForQueue() -> Bool? {
+        lifecycle.withLock { lifecycle in
+            switch lifecycle {
+            case .idle(onQueue: false):
+                lifecycle = .idle(onQueue: true)
+                return true
+            case .decidedBeforeStart(onQueue: false):
+                lifecycle = .decidedBeforeStart(onQueue: true)
+                return false
+            case .idle, .executing, .decidedBeforeStart, .finished:
+                return nil
             }
-            let work = Work(adopting: self, caller: own, policy: policy, floor: floor)
-            let adopted = Lifecycle<Value>.Link.work(unmanaged, work, slot: own == nil ? nil : 0)
-            if case .idle(_, let onQueue) = lifecycle {
-                lifecycle = .idle(adopted, onQueue: onQueue)
-            } else {
-                work.isPriorityFrozen = true
-                lifecycle = .executing(adopted)
-            }
-            return (unmanaged, work)
         }
     }
-}
 
-extension Lifecycle {
-    /// Where the result is decided, while it is not yet: the operation is idle or executing.
-    @usableFromInline var link: Link? {
-        switch self {
-        case .idle(let link, _), .executing(let link): link
-        case .riding, .decidedBeforeStart, .finished: nil
+    /// An operation that finishes without running must stop waiting on its dependencies before it
+    /// is let go of: swift-corelibs-foundation keeps a dependency's dependents unretained, and the
+    /// dependency finishing later would reach a freed operation. Foundation unregisters under the
+    /// dependency's lock, the one under which a finishing dependency picks its dependents, so no
+    /// dependency reaches the operation afterwards. (An operation its queue ran had its
+    /// dependencies finish first.)
+    final func releaseDependenciesIfUnqueued() {
+        if lifecycle.withLock({ if case .decidedBeforeStart(onQueue: false) = $0 { true } else { false } }) {
+            releaseDependencies()
         }
     }
-}
 
-/// The engine of the operations no manager holds: on a queue of the app's, or coalesced by hand.
-/// It indexes nothing, so nothing ever joins their work by identifier.
-let unmanaged = Engine<OperationKey>(observer: nil, stallThreshold: nil)
-
-extension Work where Key == OperationKey {
-    /// Work for an operation no manager holds: not indexed, its own caller the only one.
-    convenience init(
-        adopting operation: ConcurrentOperation<Value>, caller: Caller<Value>?, policy: AbandonedWorkPolicy,
-        floor: OperationPriority
-    ) {
-        let identifier = (operation as? CoalescibleOperation<Value>)?.identifier ?? ""
-        self.init(
-            key: OperationKey(identifier: identifier, valueType: Value.self), runner: .operation(operation),
-            policy: policy, floor: Urgency(floor), timed: false)
-        isIndexed = false
-        if let caller {
-            // Not shared yet: no lock is needed to give it its first caller.
-            _ = callers.add(caller)
-            live = caller.waits ? 1 : 0
-            arrivals = live
+    final func releaseDependencies() {
+        for dependency in dependencies {
+            removeDependency(dependency)
         }
+    }
+
+    /// Wraps a lifecycle change in KVO notifications, posted with no lock held: Foundation reads
+    /// the properties back synchronously, and a thread waiting in
+    /// `waitUntilAllOperationsAreFinished()` holds Foundation's lock while it reads `isFinished`.
+    ///
+    /// On Linux, Foundation reacts to `didChangeValue(forKey:)` for exactly these names; any other
+    /// key, such as a custom `state`, goes unseen and jams the queue.
+    final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
+        for key in keys {
+            willChangeValue(forKey: key)
+        }
+        let result = change()
+        for key in keys.reversed() {
+            didChangeValue(forKey: key)
+        }
+        return result
     }
 }

@@ -105,8 +105,8 @@ public final class OperationQueueManager: Sendable {
         operation: CoalescibleOperation<Value>, timeout: Duration? = nil,
         progress: (@Sendable (WorkProgress) -> Void)? = nil
     ) -> CoalescingHandle<Value> {
-        let watcher = progress.map { Watcher(queue: operation.callBackQueue, onProgress: $0) }
-        return launched(operation, admit(operation, watching: watcher, then: nil), timeout: timeout, watcher: watcher)
+        let sink = progress.map { ProgressSink(queue: operation.callBackQueue, onProgress: $0) }
+        return launched(operation, engine.admit(operation, watching: sink, then: nil), timeout: timeout, sink: sink)
     }
 
     /// Joins identical work in flight with a completion handler alone, or starts new work built by
@@ -154,7 +154,7 @@ public final class OperationQueueManager: Sendable {
     ) -> CoalescingHandle<Value> {
         let newcomer = Newcomer(
             .handler(completionHandler, queue: callBackQueue), urgency: priority.map(Urgency.init),
-            watcher: progress.map { Watcher(queue: callBackQueue, onProgress: $0) })
+            sink: progress.map { ProgressSink(queue: callBackQueue, onProgress: $0) })
         return arrive(identifier, newcomer, timeout, makeOperation)
     }
 
@@ -205,10 +205,10 @@ public final class OperationQueueManager: Sendable {
         let handler: @Sendable (Result<Value, Error>) -> Void = { result in
             _ = Task { @MainActor in completionHandler(result) }
         }
-        let watcher = progress.map { progress in
-            Watcher(queue: nil, onMainActor: true) { value in MainActor.assumeIsolated { progress(value) } }
+        let sink = progress.map { progress in
+            ProgressSink(queue: nil, onMainActor: true) { value in MainActor.assumeIsolated { progress(value) } }
         }
-        let newcomer = Newcomer(.handler(handler, queue: nil), urgency: priority.map(Urgency.init), watcher: watcher)
+        let newcomer = Newcomer(.handler(handler, queue: nil), urgency: priority.map(Urgency.init), sink: sink)
         return arrive(identifier, newcomer, timeout, makeOperation)
     }
 
@@ -246,8 +246,8 @@ public final class OperationQueueManager: Sendable {
     ) async throws -> Value {
         try Task.checkCancellation()
         let newcomer = Newcomer<Value>(
-            .task(nil, consumes: false), watcher: progress.map { Watcher(queue: nil, onProgress: $0) })
-        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout, watcher: newcomer.watcher)
+            .arriving(consumes: false), sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
+        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot)
     }
@@ -286,8 +286,8 @@ public final class OperationQueueManager: Sendable {
     ) async throws -> Value {
         try Task.checkCancellation()
         let newcomer = Newcomer<Value>(
-            .task(nil, consumes: false), urgency: priority.map(Urgency.init),
-            watcher: progress.map { Watcher(queue: nil, onProgress: $0) })
+            .arriving(consumes: false), urgency: priority.map(Urgency.init),
+            sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
         let handle = arrive(identifier, newcomer, timeout, makeOperation)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot)
@@ -337,14 +337,14 @@ public final class OperationQueueManager: Sendable {
     @usableFromInline struct Newcomer<Value: Sendable> {
         @usableFromInline let caller: Caller<Value>
         @usableFromInline let urgency: Urgency?
-        @usableFromInline let watcher: Watcher?
+        @usableFromInline let sink: ProgressSink?
 
-        @inlinable init(_ caller: Caller<Value>, urgency: Urgency? = nil, watcher: Watcher? = nil) {
-            (self.caller, self.urgency, self.watcher) = (caller, urgency, watcher)
+        @inlinable init(_ caller: Caller<Value>, urgency: Urgency? = nil, sink: ProgressSink? = nil) {
+            (self.caller, self.urgency, self.sink) = (caller, urgency, sink)
         }
     }
 
-    /// What admitting an operation decided under the lock.
+    /// What admitting an operation decided.
     @usableFromInline struct Admitted<Value: Sendable> {
         @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
         /// The work the caller started or joined here, and its slot there.
@@ -352,49 +352,12 @@ public final class OperationQueueManager: Sendable {
         /// Whether the operation must be added to the queue.
         @usableFromInline var queued = false
 
-        @inlinable init() {}
-    }
-
-    /// Admits `operation` under the lock: it joins identical work in flight, or starts new work,
-    /// or (not fresh) is left alone; its own caller's progress goes to `watcher`. Then
-    /// `newcomer`, if any, waits for the work it started or joined, in place of the operation's
-    /// own caller.
-    @inlinable func admit<Value>(
-        _ operation: CoalescibleOperation<Value>, watching watcher: Watcher? = nil, then newcomer: Newcomer<Value>?
-    ) -> Admitted<Value> {
-        // Read before locking: the getters are overridable, and no user code runs under our lock.
-        let priority = OperationPriority(of: operation)
-        let policy = operation.abandonedWorkPolicy
-        let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
-        return engine.state.withLock { registry in
-            var admitted = Admitted<Value>()
-            if let work = registry.inFlight(key, as: Value.self),
-                let joined = operation.ride(on: work, of: engine, in: &registry, priority: priority, watching: watcher)
-            {
-                (admitted.admission, admitted.entry) = (.joinedWork, joined)
-            } else if let started = operation.run(
-                as: key, of: engine, in: &registry, priority: priority, policy: policy, watching: watcher)
-            {
-                (admitted.admission, admitted.entry, admitted.queued) = (.startedWork, started, true)
-            } else if let runs = operation.claimForQueue() {
-                // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
-                (admitted.admission, admitted.queued) = (runs ? .startedWork : .ignored, true)
-            } else if newcomer != nil, let (owner, work) = operation.work, owner === engine, work.isInFlight {
-                // Enqueued here before: a caller brought with it waits for the work it runs or
-                // rides, if its result is still open; otherwise it hears the operation was not fresh.
-                (admitted.admission, admitted.entry) = (.joinedWork, Engine.Entry(work))
-            }
-            if let newcomer, let entry = admitted.entry {
-                let (slot, raised) = registry.join(
-                    entry.work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
-                admitted.entry = Engine.Entry(
-                    entry.work, slot: slot, started: entry.started, raised: entry.raised || raised)
-            }
-            return admitted
+        @inlinable init(_ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Engine<OperationKey>.Entry<Value>? = nil) {
+            (self.admission, self.entry) = (admission, entry)
         }
     }
 
-    /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
+    /// Joins `newcomer` to the work in flight for `identifier`, or to the work the operation from
     /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
     /// was cancelled.
     @inlinable @inline(__always) func arrive<Value>(
@@ -402,19 +365,11 @@ public final class OperationQueueManager: Sendable {
         _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
-        let joined = engine.state.withLock { registry -> Engine<OperationKey>.Entry<Value>? in
-            guard let work = registry.inFlight(key, as: Value.self) else { return nil }
-            let (slot, raised) = registry.join(
-                work, newcomer.caller, asking: newcomer.urgency, watching: newcomer.watcher)
-            return Engine.Entry(work, slot: slot, raised: raised)
-        }
-        if let joined {
-            var admitted = Admitted<Value>()
-            (admitted.admission, admitted.entry) = (.joinedWork, joined)
-            return launched(nil, admitted, timeout: timeout, watcher: newcomer.watcher)
+        if let joined = engine.join(key, newcomer.caller, asking: newcomer.urgency, watching: newcomer.sink) {
+            return launched(nil, Admitted(.joinedWork, joined), timeout: timeout, sink: newcomer.sink)
         }
         let operation = makeOperation()
-        let handle = launched(operation, admit(operation, then: newcomer), timeout: timeout, watcher: newcomer.watcher)
+        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
         if handle.work == nil, case .handler = newcomer.caller {
             newcomer.caller.tell(.failure(CoalescingError.cancelled))
         }
@@ -422,56 +377,18 @@ public final class OperationQueueManager: Sendable {
     }
 
     /// Carries out an admission once the lock is released: queues the operation, then what
-    /// follows every arrival (``Engine/follow(_:timeout:)``).
+    /// follows every arrival (``Engine/follow(_:timeout:sink:)``).
     @inlinable func launched<Value>(
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
-        watcher: Watcher? = nil
+        sink: ProgressSink? = nil
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued {
             queue.addOperation(operation)
         }
-        engine.follow(admitted.entry, timeout: timeout, watcher: watcher)
+        engine.follow(admitted.entry, timeout: timeout, sink: sink)
         let entry = admitted.entry
         return CoalescingHandle(
-            admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.slot)
-    }
-}
-
-/// The admission's two steps on the operation's side, run under the engine's lock: the operation
-/// becomes a caller of work in flight, or the runner of new work.
-extension CoalescibleOperation {
-    /// Makes this fresh operation a caller of `work`: it will never run, and finishes when the
-    /// work's result reaches it. Nil if it is not fresh.
-    @inlinable final func ride(
-        on work: Work<OperationKey, Value>, of engine: Engine<OperationKey>,
-        in registry: inout Engine<OperationKey>.Registry, priority: OperationPriority, watching watcher: Watcher?
-    ) -> Engine<OperationKey>.Entry<Value>? {
-        let slot = work.callers.entries.count
-        guard let own = lifecycle.withLock({ $0.take { .riding(engine, work, slot: slot, own: $0) } }) else {
-            return nil
-        }
-        let watcher = own == nil ? nil : watcher
-        let joined = registry.join(
-            work, .operation(self, waits: own != nil), asking: Urgency(priority), watching: watcher)
-        return Engine.Entry(work, slot: joined.slot, raised: joined.raised)
-    }
-
-    /// Makes this fresh operation the runner of new work under `key`, its own caller the first to
-    /// wait for it. Nil if it is not fresh.
-    @inlinable final func run(
-        as key: OperationKey, of engine: Engine<OperationKey>, in registry: inout Engine<OperationKey>.Registry,
-        priority: OperationPriority, policy: AbandonedWorkPolicy, watching watcher: Watcher?
-    ) -> Engine<OperationKey>.Entry<Value>? {
-        let work = Work<OperationKey, Value>(
-            key: key, runner: .operation(self), policy: policy, floor: Urgency(priority),
-            timed: registry.events != nil)
-        let taken = lifecycle.withLock { lifecycle in
-            lifecycle.take { own in .idle(.work(engine, work, slot: own == nil ? nil : 0), onQueue: true) }
-        }
-        guard let own = taken else { return nil }
-        registry.start(work)
-        let slot = own.map { registry.join(work, $0, asking: nil, watching: watcher).slot }
-        return Engine.Entry(work, slot: slot, started: true)
+            admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.joined?.slot)
     }
 }
 

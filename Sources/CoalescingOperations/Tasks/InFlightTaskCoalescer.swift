@@ -80,9 +80,9 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     and sees none of its task-local values; it sees `Task.isCancelled` when it was
     ///     cancelled or abandoned.
     /// - Returns: The work's value, the same for every caller.
-    /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled or the
-    ///   work was cancelled through ``cancel(key:)`` or ``cancelAll()``; or
-    ///   ``CoalescingError/timedOut`` if `timeout` passed first.
+    /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled;
+    ///   ``CoalescingError/cancelled`` if the work was cancelled through ``cancel(key:)`` or
+    ///   ``cancelAll()``; or ``CoalescingError/timedOut`` if `timeout` passed first.
     @inlinable public func value(
         key: Key,
         priority: TaskPriority? = nil,
@@ -102,7 +102,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         return try await engine.wait(for: work, in: slot, arrivedAt: priority)
     }
 
-    /// Cancels the work in flight for `key`: its callers throw `CancellationError` at once, and the
+    /// Cancels the work in flight for `key`: its callers throw ``CoalescingError/cancelled`` at once, and the
     /// next caller of `key` starts new work.
     ///
     /// Work that was forgotten is no longer under its key; ``cancelAll()`` still reaches it.

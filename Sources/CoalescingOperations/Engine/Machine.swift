@@ -1,0 +1,494 @@
+import Foundation
+
+/// The engine's state machine: which work is in flight under which key, where each work stands
+/// (``Phase``), where each of its callers stands (``Caller``), and what is owed to whom.
+///
+/// One `mutating func` per event, each returning what must happen next, named for that event.
+/// The machine decides and never acts: it runs no user code, resumes no continuation, posts no
+/// KVO and starts no delivery. ``Engine``, the storage, holds it behind its lock, sends it the
+/// events and carries the actions out once the lock is released. Because the transitions touch
+/// nothing else, a test can drive them without threads and explore every order of a scenario's
+/// events (`MachineExplorationTests`).
+///
+/// A work's end takes two events: ``decide(_:with:stopping:)`` fixes the result, counts it and
+/// records its event; ``settle(_:with:)`` hands it to the callers. Between the two the storage
+/// stops the work and delivers the events, so that running work sees its cancellation, and the
+/// observer its end, before any caller hears. Nothing reaches a caller of a decided work until
+/// it settles.
+@usableFromInline struct Machine<Key: Hashable & Sendable> {
+    /// Work a new caller joins. An entry leaves in the step its work is decided or forgotten, and
+    /// only if it still holds that work.
+    @usableFromInline var index: [Key: AnyWork<Key>] = [:]
+    /// Forgotten work still in flight, so that cancelling everything reaches it.
+    var forgotten: [ObjectIdentifier: AnyWork<Key>] = [:]
+    @usableFromInline var statistics = CoalescingStatistics()
+    /// Events, and what must wait for them, not yet delivered; nil when nobody observes.
+    @usableFromInline var outbox: Outbox<Key>?
+    /// How long a prefetched result waits for its consumer; nil where nothing is stored.
+    let prefetchTimeout: Duration?
+    /// The clock stored results expire by; tests move it by hand.
+    var now: @Sendable () -> ContinuousClock.Instant = { .now }
+    /// The earliest expiry among stored results, or later; nil when nothing is stored.
+    @usableFromInline var nextExpiry: ContinuousClock.Instant?
+
+    init(observed: Bool, prefetchTimeout: Duration?) {
+        outbox = observed ? Outbox() : nil
+        self.prefetchTimeout = prefetchTimeout
+    }
+
+    @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
+        if outbox != nil {
+            outbox!.pending.append(.event(event()))
+        }
+    }
+
+    // MARK: Arriving
+
+    /// The work a new caller of `key` joins, if any.
+    @inlinable func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
+        // Every work under a key has the key's `Value` type: the operations' keys include it, and
+        // a task coalescer has one.
+        guard let work = index[key], case .running = work.phase else { return nil }
+        return unsafeDowncast(work, to: Work<Key, Value>.self)
+    }
+
+    /// Event: new work starts under its key.
+    @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
+        index[work.key] = work
+        statistics.countStart()
+        record(.workStarted(key: work.key))
+    }
+
+    /// Event: a caller arrives at work in flight. The first to arrive started it, every later one
+    /// joins it. Only a caller counts, and only a caller's urgency moves the work (Guarantee 19).
+    @inlinable mutating func join<Value>(
+        _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink? = nil
+    ) -> Joined {
+        let slot = work.callers.add(caller)
+        guard caller.waits else { return Joined(slot: slot) }
+        let raised = urgency.map { work.demand($0, from: slot) } ?? false
+        let delivers = sink.map { work.watch($0, in: slot) } ?? false
+        if case .arriving = caller {
+            work.unparked += 1
+        }
+        work.live += 1
+        statistics.countArrival(joining: work.arrivals > 0)
+        if work.arrivals > 0 {
+            record(.callerJoined(key: work.key, callers: work.live))
+        }
+        work.arrivals += 1
+        return Joined(slot: slot, raised: raised, delivers: delivers)
+    }
+
+    /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
+    /// operation finished by hand) `result`. Nil `slot` stands for the operation that started the
+    /// work with no caller of its own: it abandons the work only if nobody waits. When the last
+    /// caller leaves, the work follows its ``AbandonedWorkPolicy``.
+    @usableFromInline mutating func withdraw<Value>(
+        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
+    ) -> Withdrawn<Value> {
+        var action = Withdrawn<Value>()
+        guard case .running = work.phase else { return action }
+        var waited = true
+        if let slot {
+            guard work.callers.entries[slot].isOpen else { return action }
+            waited = work.callers.entries[slot].waits
+            if waited {
+                work.live -= 1
+                statistics.countDeparture(reason)
+                record(.callerWithdrawn(key: work.key, reason: reason))
+            }
+            action.reprioritizes = work.release(slot)
+            let heard = result ?? .failure(reason.error)
+            action.told = work.conclude(slot, with: heard, droppingProgress: true).map { ($0, heard) }
+        }
+        if waited, work.live == 0, work.policy == .cancel {
+            action.decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
+        }
+        return action
+    }
+
+    /// Event: the caller in `slot`, a task, parks its continuation. Returns the result to resume it
+    /// with at once, if it is owed one and no call to it is on its way.
+    @usableFromInline mutating func park<Value>(
+        _ work: Work<Key, Value>, _ continuation: UnsafeContinuation<Value, Error>, in slot: Int
+    ) -> Result<Value, Error>? {
+        switch work.callers.entries[slot] {
+        case .arriving(let consumes):
+            work.unparked -= 1
+            work.callers.entries[slot] = .parked(continuation, consumes: consumes)
+            return nil
+        case .owed(let result):
+            if case .deciding = work.phase {
+                // It hears at the settle, after the stop and the events (Guarantees 18 and 22);
+                // still counted as not parked, so that the settle looks at every slot.
+                work.callers.entries[slot] = .held(continuation, result)
+                return nil
+            }
+            work.unparked -= 1
+            work.callers.entries[slot] = .parked(continuation, consumes: false)
+            return work.conclude(slot, with: result, droppingProgress: true) != nil ? result : nil
+        case .handler, .operation, .parked, .held, .gone:
+            preconditionFailure("Machine: slot \(slot) is no caller waiting to park")
+        }
+    }
+
+    // MARK: Progress
+
+    /// Event: the work reports `progress`. Returns the slots whose delivery starts; the others have
+    /// one on its way, which takes the latest value along (Guarantee 27).
+    @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>)
+        -> [(slot: Int, sink: ProgressSink)]
+    {
+        guard case .running = work.phase else { return [] }
+        work.progress = progress
+        var starting: [(slot: Int, sink: ProgressSink)] = []
+        for slot in work.calls.keys where work.callers.entries[slot].isOpen {
+            work.calls[slot]!.latest = progress
+            if !work.calls[slot]!.busy {
+                work.calls[slot]!.busy = true
+                starting.append((slot, work.calls[slot]!.sink))
+            }
+        }
+        return starting
+    }
+
+    /// Event: a call to the caller in `slot` returned (or a delivery starts). Returns the next call
+    /// to make: the latest progress, then the caller's last call, then nothing (Guarantee 24).
+    @usableFromInline mutating func nextCall<Value>(_ work: Work<Key, Value>, slot: Int) -> NextCall<Value> {
+        guard var call = work.calls[slot] else { return .none }
+        if let progress = call.latest {
+            call.latest = nil
+            work.calls[slot] = call
+            return .progress(progress, call.sink)
+        }
+        if let (caller, result) = call.last {
+            work.calls[slot] = nil
+            return .last(caller, result)
+        }
+        call.busy = false
+        work.calls[slot] = work.callers.entries[slot].isOpen ? call : nil
+        return .none
+    }
+
+    // MARK: The end
+
+    /// Event: the work's result is decided (it finished, was cancelled, or was abandoned): counted
+    /// and recorded now, handed to the callers at ``settle(_:with:)``. Nil if already decided.
+    @usableFromInline mutating func decide<Value>(
+        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
+    ) -> Decided<Value>? {
+        guard case .running = work.phase else { return nil }
+        let runner = work.runner
+        work.phase = .deciding
+        // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
+        if work.isPrefetch, work.isIndexed, case .success(let value) = result, !work.callers.hasConsumer,
+            let timeout = prefetchTimeout
+        {
+            let expiry = now().advanced(by: timeout)
+            work.stored = value
+            work.phase = .stored(until: expiry)
+            nextExpiry = min(nextExpiry ?? expiry, expiry)
+        } else {
+            unindex(work)
+        }
+        let outcome = WorkOutcome(result)
+        statistics.countEnd(outcome, served: work.live)
+        record(
+            .workEnded(
+                key: work.key, outcome: outcome, callersServed: work.live,
+                duration: work.startedAt.map { .now - $0 } ?? .zero))
+        return Decided(runner: runner, stopping: stopping)
+    }
+
+    /// Event: the decided result is handed out. Returns the callers to serve with it now, and
+    /// tasks held while the work was deciding with what they are owed; those with a call on its way
+    /// hear after it, tasks not parked yet when they park.
+    @usableFromInline mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
+        -> Settled<Value>
+    {
+        if case .deciding = work.phase {
+            work.phase = .ended
+        }
+        var settled = Settled<Value>()
+        guard work.unparked > 0 || !work.calls.isEmpty else {
+            // Every slot is a caller waiting or one that left: the list is served whole.
+            swap(&settled.callers, &work.callers)
+            return settled
+        }
+        for slot in work.callers.entries.indices {
+            if case .held(let continuation, let own) = work.callers.entries[slot] {
+                work.unparked -= 1
+                work.callers.entries[slot] = .parked(continuation, consumes: false)
+                if work.conclude(slot, with: own, droppingProgress: true) != nil {
+                    settled.held.append((continuation, own))
+                }
+            } else if let caller = work.conclude(slot, with: result, droppingProgress: false) {
+                _ = settled.callers.add(caller)
+            }
+        }
+        return settled
+    }
+
+    @usableFromInline mutating func unindex(_ work: AnyWork<Key>) {
+        if work.isIndexed {
+            if index[work.key] === work {
+                index[work.key] = nil
+            }
+            work.isIndexed = false
+        } else {
+            forgotten[ObjectIdentifier(work)] = nil
+        }
+    }
+
+    // MARK: Controls
+
+    /// Event: `key` is forgotten; its work goes on, unindexed.
+    mutating func forget(_ key: Key) -> Bool {
+        guard let work = index.removeValue(forKey: key) else { return false }
+        work.isIndexed = false
+        if case .running = work.phase {
+            forgotten[ObjectIdentifier(work)] = work
+        }
+        return true
+    }
+
+    /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
+    /// `includingForgotten`) and stored results are dropped. Returns the work to decide as cancelled,
+    /// and whether there was anything.
+    mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> (
+        works: [AnyWork<Key>], found: Bool
+    ) {
+        var works: [AnyWork<Key>] = []
+        var dropped = false
+        for (key, work) in index where matches(key) {
+            if case .running = work.phase {
+                works.append(work)
+            } else {
+                index[key] = nil
+                work.isIndexed = false
+                dropped = true
+            }
+        }
+        if includingForgotten {
+            works += forgotten.values
+        }
+        return (works, !works.isEmpty || dropped)
+    }
+
+    /// Event: the stall threshold passed. Returns how many callers wait, recording the stall if any.
+    mutating func stalled(_ work: AnyWork<Key>, after threshold: Duration) -> Int {
+        guard case .running = work.phase, work.live > 0 else { return 0 }
+        record(.workStalled(key: work.key, callers: work.live, elapsed: threshold))
+        return work.live
+    }
+
+    // MARK: Priority
+
+    /// Event: the caller in `slot` asks for `urgency` instead. Returns whether the work must follow;
+    /// never for a caller that left, which took its urgency with it (Guarantee 19).
+    @usableFromInline mutating func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?)
+        -> Bool
+    {
+        guard case .running = work.phase, let slot, work.callers.entries[slot].waits else { return false }
+        let released = work.release(slot)
+        return (urgency.map { work.demand($0, from: slot) } ?? false) || released
+    }
+
+    /// Event: a thread offers to write the work's priority; returns whether it is the one to.
+    mutating func claimWriting(_ work: AnyWork<Key>, _ writer: DispatchGroup) -> Bool {
+        guard case .running = work.phase else { return false }
+        return work.priority.claimWriting(writer)
+    }
+
+    /// Event: the writer asks what to write next; nil lets go of the right to write.
+    mutating func nextPriority(of work: AnyWork<Key>) -> Urgency? {
+        guard case .running = work.phase else {
+            work.priority.writer = nil
+            return nil
+        }
+        guard let next = work.priority.next() else { return nil }
+        record(.priorityChanged(key: work.key, priority: next.event(rising: work.priority.risesOnly)))
+        return next
+    }
+
+    /// Event: the work's operation starts; its priority moves no more. Returns whether the work is
+    /// still in flight, and the write to wait for, if one is on its way.
+    mutating func begin(_ work: AnyWork<Key>) -> (running: Bool, writer: DispatchGroup?) {
+        work.priority.isFrozen = true
+        if case .running = work.phase { return (true, work.priority.writer) }
+        return (false, work.priority.writer)
+    }
+
+    /// Event: the app sets the operation's own priority, the floor under its callers'.
+    mutating func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) -> Bool {
+        work.priority.setFloor(change)
+    }
+
+    // MARK: Prefetched results
+
+    /// Event: a consumer arrives and takes the value stored for `key`, counted as a caller who
+    /// joined the prefetch and was served. Nil if none is stored.
+    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type) -> Value? {
+        releaseExpired()
+        guard let entry = index[key], case .stored = entry.phase else { return nil }
+        let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
+        defer { work.stored = nil }
+        index[key] = nil
+        work.isIndexed = false
+        work.phase = .ended
+        statistics.countArrival(joining: true)
+        statistics.callersServed += 1
+        return work.stored
+    }
+
+    /// Whether a prefetched result waits for `key`.
+    @usableFromInline mutating func hasStored(_ key: Key) -> Bool {
+        releaseExpired()
+        if case .stored = index[key]?.phase { return true }
+        return false
+    }
+
+    /// Drops expired results; sweeps only once the earliest expiry has passed.
+    @usableFromInline mutating func releaseExpired() {
+        guard let nextExpiry else { return }
+        let now = now()
+        guard now >= nextExpiry else { return }
+        var earliest: ContinuousClock.Instant?
+        for (key, work) in index {
+            guard case .stored(let expiry) = work.phase else { continue }
+            if expiry <= now {
+                index[key] = nil
+                work.isIndexed = false
+                work.phase = .ended
+            } else {
+                earliest = min(earliest ?? expiry, expiry)
+            }
+        }
+        self.nextExpiry = earliest
+    }
+}
+
+// MARK: - States
+
+/// Where a work stands.
+@usableFromInline enum Phase {
+    /// In flight: callers join it, and its result is open.
+    case running
+    /// Its result is decided and on its way: the work is being stopped and its end reported.
+    case deciding
+    /// Its callers were handed the result.
+    case ended
+    /// A prefetched value waits for its consumer until `until` (kept in ``Work/stored``).
+    case stored(until: ContinuousClock.Instant)
+}
+
+/// Where one caller of a work stands, in its slot.
+@usableFromInline enum Caller<Value: Sendable> {
+    /// A completion handler, called on `queue`, or on the thread that serves it when nil.
+    case handler(@Sendable (Result<Value, Error>) -> Void, queue: OperationQueue?)
+    /// An operation that joined the work: it never runs, finishes when it hears, and hands what it
+    /// hears to its own handler. Without one it waits for nobody and is no caller.
+    case operation(CoalescibleOperation<Value>)
+    /// A task that arrived and has not parked its continuation yet. `consumes` marks a consumer of
+    /// a prefetchable coalescer, which takes the value instead of leaving it stored.
+    case arriving(consumes: Bool)
+    /// A task waiting on its continuation.
+    case parked(UnsafeContinuation<Value, Error>, consumes: Bool)
+    /// A task that has not parked yet, owed its last call: it hears as it parks.
+    case owed(Result<Value, Error>)
+    /// A task that parked while its work was deciding, owed this result: it hears at the settle.
+    case held(UnsafeContinuation<Value, Error>, Result<Value, Error>)
+    /// Has had its last call, or has it on its way: nothing more reaches it.
+    case gone
+
+    /// Whether it still waits for its last call.
+    @usableFromInline var isOpen: Bool {
+        switch self {
+        case .handler, .operation, .arriving, .parked, .held: true
+        case .owed, .gone: false
+        }
+    }
+
+    /// Whether it is a caller, open: everyone but an operation without a handler of its own.
+    @usableFromInline var waits: Bool {
+        switch self {
+        case .handler, .arriving, .parked, .held: true
+        case .operation(let operation): operation.completionHandler != nil
+        case .owed, .gone: false
+        }
+    }
+}
+
+/// One caller's progress: where it goes, the latest value not yet handed over, whether a call is
+/// on its way, and the last call to make after it. A caller receives one call at a time, and the
+/// last call last (Guarantee 24).
+@usableFromInline struct Call<Value: Sendable> {
+    let sink: ProgressSink
+    var latest: WorkProgress?
+    var busy: Bool
+    var last: (Caller<Value>, Result<Value, Error>)?
+}
+
+// MARK: - Actions
+
+/// What a join decided: the caller's slot, whether it raised the work's priority (to write), and
+/// whether it is owed the latest progress (to deliver).
+@usableFromInline struct Joined {
+    @usableFromInline var slot: Int
+    @usableFromInline var raised = false
+    @usableFromInline var delivers = false
+
+    @inlinable init(slot: Int, raised: Bool = false, delivers: Bool = false) {
+        (self.slot, self.raised, self.delivers) = (slot, raised, delivers)
+    }
+}
+
+/// What a withdrawal decided: the caller to tell now, the work's end if it was abandoned, and
+/// whether the priority must follow.
+@usableFromInline struct Withdrawn<Value: Sendable> {
+    @usableFromInline var told: (Caller<Value>, Result<Value, Error>)?
+    @usableFromInline var decided: Decided<Value>?
+    @usableFromInline var reprioritizes = false
+
+    @inlinable init() {}
+}
+
+/// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of.
+@usableFromInline struct Decided<Value: Sendable>: Sendable {
+    @usableFromInline let runner: Runner<Value>
+    @usableFromInline let stopping: Bool
+}
+
+/// What settling a work hands out: its callers, served with its result, and tasks that parked
+/// while it was deciding, each with what it is owed.
+@usableFromInline struct Settled<Value: Sendable> {
+    @usableFromInline var callers = Callers<Value>()
+    @usableFromInline var held: [(UnsafeContinuation<Value, Error>, Result<Value, Error>)] = []
+
+    @inlinable init() {}
+}
+
+/// What a caller with progress hears next.
+@usableFromInline enum NextCall<Value: Sendable> {
+    case progress(WorkProgress, ProgressSink)
+    case last(Caller<Value>, Result<Value, Error>)
+    case none
+}
+
+/// The events recorded and not yet delivered, with work ends whose callers wait for their event
+/// to be delivered first (Guarantee 22). One thread delivers at a time.
+@usableFromInline struct Outbox<Key: Hashable & Sendable> {
+    @usableFromInline enum Item {
+        case event(CoalescingEvent<Key>)
+        case settle(@Sendable () -> Void)
+    }
+
+    @usableFromInline var pending: [Item] = []
+    /// The emptied buffer of the last batch, so that recording allocates nothing once warm (an
+    /// observed join cost twice as much without it).
+    var spare: [Item] = []
+    var isDelivering = false
+
+    init() {}
+}
