@@ -19,10 +19,10 @@ final class EngineTests: XCTestCase {
         registry.takeEvents().map { event in
             switch event {
             case .workStarted: "started"
-            case .callerJoined(_, let callers): "joined \(callers)"
-            case .callerWithdrawn(_, let reason): "withdrawn \(reason)"
+            case .callerJoined(_, _, let callers): "joined \(callers)"
+            case .callerWithdrawn(_, _, let reason): "withdrawn \(reason)"
             case .priorityChanged: "priority"
-            case .workEnded(_, let outcome, let served, _): "ended \(outcome) serving \(served)"
+            case .workEnded(_, _, let outcome, _, let served, _): "ended \(outcome) serving \(served)"
             case .workStalled: "stalled"
             }
         }

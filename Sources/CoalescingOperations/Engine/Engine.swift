@@ -61,9 +61,7 @@ import Foundation
         }
 
         @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
-            if events != nil {
-                events!.append(event())
-            }
+            events?.append(event())
         }
 
         /// The work a new caller of `key` joins, if any.
@@ -77,8 +75,8 @@ import Foundation
         /// Indexes new work, started by the caller that brings it.
         @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
             index[work.key] = work
-            statistics.countStart()
-            record(.workStarted(key: work.key))
+            work.number = statistics.countStart()
+            record(.workStarted(key: work.key, work: work.number))
         }
 
         /// Adds a caller to work in flight, in a slot of its own, asking for `urgency` if it states
@@ -91,18 +89,12 @@ import Foundation
         ) -> (slot: Int, raised: Bool) {
             let slot = work.callers.add(caller)
             let raised = urgency.map { work.demand($0, from: slot) } ?? false
-            if let watcher {
-                work.watch(watcher, in: slot)
-            }
-            if case .task(nil, _) = caller {
-                work.unparked += 1
-            }
+            if let watcher { work.watch(watcher, in: slot) }
+            if case .task(nil, _) = caller { work.unparked += 1 }
             if caller.waits {
                 work.live += 1
                 statistics.countArrival(joining: work.arrivals > 0)
-                if work.arrivals > 0 {
-                    record(.callerJoined(key: work.key, callers: work.live))
-                }
+                if work.arrivals > 0 { record(.callerJoined(key: work.key, work: work.number, callers: work.live)) }
                 work.arrivals += 1
             }
             return (slot, raised)
@@ -122,7 +114,7 @@ import Foundation
                 if caller.waits {
                     work.live -= 1
                     statistics.countDeparture(reason)
-                    record(.callerWithdrawn(key: work.key, reason: reason))
+                    record(.callerWithdrawn(key: work.key, work: work.number, reason: reason))
                 }
             }
             let abandoned = work.live == 0 && work.policy == .cancel && caller?.waits != false
@@ -136,9 +128,7 @@ import Foundation
             } else {
                 effects.withdrawn = caller.map { ($0, reason) }
             }
-            if let slot, work.release(slot) {
-                effects.reprioritize = work
-            }
+            if let slot, work.release(slot) { effects.reprioritize = work }
             return effects
         }
 
@@ -151,9 +141,7 @@ import Foundation
             let served = work.live
             var callers = work.callers
             // Callers that reserved a slot and have not parked yet read the result when they do.
-            if work.unparked == 0 {
-                work.callers = Callers()
-            }
+            if work.unparked == 0 { work.callers = Callers() }
             work.phase = .ended(work.unparked > 0 ? result : nil)
             work.isInFlight = false
             // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
@@ -169,9 +157,10 @@ import Foundation
             let delivering = work.watchers.isEmpty ? [] : work.serveWatching(from: &callers, with: result)
             let outcome = WorkOutcome(result)
             statistics.countEnd(outcome, served: served)
+            let error: (any Error)? = if case .failure(let error) = result, outcome == .failed { error } else { nil }
             record(
                 .workEnded(
-                    key: work.key, outcome: outcome, callersServed: served,
+                    key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                     duration: work.startedAt.map { .now - $0 } ?? .zero))
             var effects = Effects<Value>()
             effects.stop = stopping ? runner : nil
@@ -434,7 +423,8 @@ import Foundation
         writer.enter()
         while let priority = state.withLock({ registry -> Urgency? in
             guard let next = work.nextPriority() else { return nil }
-            registry.record(.priorityChanged(key: work.key, priority: next.event(rising: work.risesOnly)))
+            registry.record(
+                .priorityChanged(key: work.key, work: work.number, priority: next.event(rising: work.risesOnly)))
             return next
         }) {
             work.write(priority)
@@ -471,7 +461,7 @@ import Foundation
             guard let self, let work else { return }
             let callers = state.withLock { registry -> Int in
                 guard work.isInFlight, work.live > 0 else { return 0 }
-                registry.record(.workStalled(key: work.key, callers: work.live, elapsed: threshold))
+                registry.record(.workStalled(key: work.key, work: work.number, callers: work.live, elapsed: threshold))
                 return work.live
             }
             guard callers > 0 else { return }
@@ -573,6 +563,8 @@ extension Engine {
     // lock makes every access exclusive, so the runtime's exclusivity checks are switched off for
     // them (`@exclusivity(unchecked)`): measured, they cost a join ~290 instructions.
     @usableFromInline let key: Key
+    /// The work's number in its coalescer's events, given when it starts.
+    @usableFromInline @exclusivity(unchecked) var number = 0
     /// Callers waiting now.
     @usableFromInline @exclusivity(unchecked) var live = 0
     /// Callers that ever arrived: the first started the work, the others joined it.
