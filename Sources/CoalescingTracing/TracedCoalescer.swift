@@ -58,10 +58,40 @@ public struct TracedFailure: Error, CustomStringConvertible {
     public var description: String { "\(error)" }
 }
 
-extension InFlightTaskCoalescer {
-    /// Returns the result of the work in flight for `key`, starting `operation` if there is none,
-    /// in a span of this caller's own; the work runs in a span of its own, child of the span of
-    /// the caller that started it.
+/// What a traced coalescer needs of the coalescer it is: the plain `value(key:…)`, which both
+/// task coalescers have.
+public protocol TaskCoalescer<Key, Value>: Sendable {
+    /// What tells work apart.
+    associatedtype Key: Hashable & Sendable
+    /// What the work returns.
+    associatedtype Value: Sendable
+
+    /// The plain call: ``InFlightTaskCoalescer``'s or ``PrefetchableTaskCoalescer``'s `value(key:…)`.
+    ///
+    /// - Parameters:
+    ///   - key: Equal for calls that do the same work.
+    ///   - priority: The priority of the work's task, if this call starts it.
+    ///   - name: The name of the work's task, if this call starts it.
+    ///   - timeout: How long this caller waits at most.
+    ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call starts it.
+    ///   - progress: Receives the work's progress.
+    ///   - operation: The work.
+    /// - Returns: The work's value.
+    /// - Throws: As the coalescer's own `value(key:…)`.
+    func value(
+        key: Key, priority: TaskPriority?, name: String?, timeout: Duration?, whenAbandoned: AbandonedWorkPolicy,
+        progress: (@Sendable (WorkProgress) -> Void)?, operation: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value
+}
+
+extension InFlightTaskCoalescer: TaskCoalescer {}
+extension PrefetchableTaskCoalescer: TaskCoalescer {}
+
+extension TaskCoalescer {
+    /// Returns the result of the work in flight for `key` (or, from a ``PrefetchableTaskCoalescer``,
+    /// the prefetched result), starting `operation` if there is none, in a span of this caller's
+    /// own; the work runs in a span of its own, child of the span of the caller that started it. A
+    /// result taken from a prefetch links to the prefetch's work span.
     ///
     /// The work runs in a task that inherits no caller's task-local values (Guarantee 20), so the
     /// context of the caller that starts it is captured here and handed to the work explicitly.
@@ -110,43 +140,6 @@ extension InFlightTaskCoalescer {
 }
 
 extension PrefetchableTaskCoalescer {
-    /// Takes the prefetched result for `key`, or joins or starts the work, as the plain
-    /// `value(key:…)` does, with the spans, links and attributes of a ``TracedCoalescer``'s
-    /// `value(key:span:…)`. A result taken from a prefetch links to the prefetch's work span.
-    ///
-    /// - Parameters:
-    ///   - key: Equal for calls that do the same work.
-    ///   - span: The operation name of the callers' spans; the work's span is named `<span> (work)`.
-    ///   - context: The caller's context, parent of its span; the task's current one by default.
-    ///   - tracer: The tracer that starts the spans; the bootstrapped one by default.
-    ///   - priority: The work's task priority if this call starts it.
-    ///   - name: The work's task name if this call starts it.
-    ///   - timeout: How long this caller waits at most.
-    ///   - whenAbandoned: What happens to the work if every caller withdraws, when this call starts it.
-    ///   - progress: Receives the work's progress.
-    ///   - operation: The work, handed its span's context.
-    /// - Returns: The work's value.
-    /// - Throws: What the plain `value(key:…)` throws.
-    public func value<Wrapped: Sendable>(
-        key: Key,
-        span: String,
-        context: @autoclosure () -> ServiceContext = .current ?? .topLevel,
-        tracer: any Tracer = InstrumentationSystem.tracer,
-        priority: TaskPriority? = nil,
-        name: String? = nil,
-        timeout: Duration? = nil,
-        whenAbandoned: AbandonedWorkPolicy = .cancel,
-        progress: (@Sendable (WorkProgress) -> Void)? = nil,
-        operation: @escaping @Sendable (ServiceContext) async throws -> Wrapped
-    ) async throws -> Wrapped where Value == Traced<Wrapped> {
-        try await CallerSpan(name: span, key: key, context: context(), tracer: tracer).wait { work in
-            try await value(
-                key: key, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
-                progress: progress
-            ) { try await work.run(operation) }
-        }
-    }
-
     /// Prefetches the result for `key` as the plain `prefetch(key:…)` does, in a span of this
     /// caller's own, parent of the work's span if this call starts the work.
     ///
