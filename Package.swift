@@ -1,5 +1,58 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
+
+/// A bridge from the library to one package of the server ecosystem, behind a package trait of its
+/// own (SE-0450): its trait, its product and target, its test target, and the package it uses.
+/// Enabling none of them, the default, a consumer resolves and builds nothing but the library; a
+/// bridge's sources are wrapped in `#if <trait>`, so that with its trait off its target is empty.
+struct Bridge {
+    /// The trait that enables the bridge, such as `Metrics`.
+    var trait: String
+    /// The bridge's module and product, such as `CoalescingMetrics`.
+    var module: String
+    var summary: String
+    /// The package the bridge uses, by URL and lowest version.
+    var url: String
+    var from: Version
+    /// The products of that package the bridge uses, and those its tests use besides.
+    var uses: [String]
+    var testedWith: [String]
+
+    /// The package's identity: the last part of its URL.
+    var package: String { String(url.split(separator: "/").last!.split(separator: ".").first!) }
+
+    func products(_ names: [String]) -> [Target.Dependency] {
+        names.map { .product(name: $0, package: package, condition: .when(traits: [trait])) }
+    }
+
+    var targets: [Target] {
+        [
+            .target(name: module, dependencies: ["CoalescingOperations"] + products(uses)),
+            .testTarget(
+                name: module + "Tests",
+                dependencies: [.byName(name: module), "IntegrationTestSupport", "TestSupport"] + products(testedWith)),
+        ]
+    }
+}
+
+let bridges = [
+    Bridge(
+        trait: "Metrics", module: "CoalescingMetrics",
+        summary: "CoalescingMetrics: counters, a meter and a timer for swift-metrics, fed by a coalescer's events.",
+        url: "https://github.com/apple/swift-metrics.git", from: "2.13.0",
+        uses: ["CoreMetrics"], testedWith: ["MetricsTestKit"]),
+    Bridge(
+        trait: "Tracing", module: "CoalescingTracing",
+        summary: "CoalescingTracing: a span per caller and per work for swift-distributed-tracing, the work's a "
+            + "child of its first caller's.",
+        url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3",
+        uses: ["Tracing"], testedWith: ["InMemoryTracing"]),
+    Bridge(
+        trait: "Logging", module: "CoalescingLogging",
+        summary: "CoalescingLogging: stalls, withdrawals and failures, with their errors, as swift-log records.",
+        url: "https://github.com/apple/swift-log.git", from: "1.16.2",
+        uses: ["Logging"], testedWith: ["InMemoryLogging"]),
+]
 
 let package = Package(
     name: "CoalescingOperations",
@@ -7,7 +60,9 @@ let package = Package(
     products: [
         .library(name: "CoalescingOperations", targets: ["CoalescingOperations"]),
         .executable(name: "coalescing-demo", targets: ["coalescing-demo"]),
-    ],
+    ] + bridges.map { .library(name: $0.module, targets: [$0.module]) },
+    traits: Set(bridges.map { .trait(name: $0.trait, description: $0.summary) } + [.default(enabledTraits: [])]),
+    dependencies: bridges.map { .package(url: $0.url, from: $0.from) },
     targets: [
         // The library: no dependencies.
         .target(name: "CoalescingOperations"),
@@ -30,6 +85,10 @@ let package = Package(
             name: "TestSupport", dependencies: ["CoalescingOperations", "ThreadSanitizerSuppressions"],
             path: "Tests/TestSupport"),
         .target(name: "ThreadSanitizerSuppressions", path: "Tests/ThreadSanitizerSuppressions"),
+        // Gates, bursts of callers and observers that the bridges' tests share.
+        .target(
+            name: "IntegrationTestSupport", dependencies: ["CoalescingOperations"], path: "Tests/IntegrationTestSupport"
+        ),
 
         .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
         .testTarget(
@@ -37,6 +96,6 @@ let package = Package(
         ),
         // Runs the built demo as a user would; the dependency makes `swift test` build it.
         .testTarget(name: "DemoTests", dependencies: ["coalescing-demo", "HTTPStub"]),
-    ],
+    ] + bridges.flatMap(\.targets),
     swiftLanguageModes: [.v6]
 )

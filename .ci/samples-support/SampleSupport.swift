@@ -42,6 +42,10 @@ public struct API: Sendable {
     public func feed() async throws -> Feed { Feed(titles: ["home"]) }
     /// Fetches the explore feed.
     public func exploreFeed() async throws -> Feed { Feed(titles: ["explore"]) }
+    /// Fetches the signed-in user, calling back once on any thread.
+    public func fetchUser(completion: @escaping @Sendable (Result<User, Error>) -> Void) {
+        completion(.success(User(id: 1, name: "Ada", email: "ada@example.com")))
+    }
 }
 
 /// Loads the data behind a URL (a thumbnail, an avatar), calling back once on any thread.

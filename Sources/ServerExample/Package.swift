@@ -3,7 +3,7 @@ import PackageDescription
 
 // A Hummingbird 2 server that coalesces the loads of its route through CoalescingOperations,
 // with the upstream service it loads from, its tests over loopback HTTP and a bounded load run.
-// A package of its own, so that the library and its package depend on nothing.
+// A package of its own, so that the library's package depends on nothing by default.
 let package = Package(
     name: "ServerExample",
     platforms: [.macOS(.v14)],
@@ -11,9 +11,9 @@ let package = Package(
         .executable(name: "profile-server", targets: ["profile-server"])
     ],
     dependencies: [
-        // The library and its integrations, named so that nothing depends on the checkout's folder.
-        .package(name: "CoalescingOperations", path: "../.."),
-        .package(name: "CoalescingIntegrations", path: "../Integrations"),
+        // The library with the three bridges it uses, each enabled by its trait; named, so that the
+        // products below do not depend on the folder the checkout is in.
+        .package(name: "CoalescingOperations", path: "../..", traits: ["Metrics", "Tracing", "Logging"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -44,9 +44,9 @@ let package = Package(
             dependencies: [
                 "ServerSupport",
                 .product(name: "CoalescingOperations", package: "CoalescingOperations"),
-                .product(name: "CoalescingMetrics", package: "CoalescingIntegrations"),
-                .product(name: "CoalescingTracing", package: "CoalescingIntegrations"),
-                .product(name: "CoalescingLogging", package: "CoalescingIntegrations"),
+                .product(name: "CoalescingMetrics", package: "CoalescingOperations"),
+                .product(name: "CoalescingTracing", package: "CoalescingOperations"),
+                .product(name: "CoalescingLogging", package: "CoalescingOperations"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -26,7 +26,7 @@ final class Coalescers: @unchecked Sendable {
                 let milliseconds = elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000
                 print(String(format: "%6d ms  event  ", milliseconds) + Self.describe(event))
             }
-            if case .workEnded(_, let outcome, let callersServed, _) = event {
+            if case .workEnded(_, _, let outcome, _, let callersServed, _) = event {
                 self?.lock.withLock { self?.servedByOutcome[outcome, default: 0] += callersServed }
             }
         }
@@ -37,13 +37,13 @@ final class Coalescers: @unchecked Sendable {
     /// One line for `event`.
     static func describe(_ event: CoalescingEvent<String>) -> String {
         switch event {
-        case .workStarted(let key): "work started     \(key)"
-        case .callerJoined(let key, let callers): "caller joined    \(key) (\(callers) waiting)"
-        case .callerWithdrawn(let key, let reason): "caller withdrew  \(key) (\(reason))"
-        case .priorityChanged(let key, let priority): "priority changed \(key) (\(priority))"
-        case .workEnded(let key, let outcome, let served, let duration):
+        case .workStarted(let key, _): "work started     \(key)"
+        case .callerJoined(let key, _, let callers): "caller joined    \(key) (\(callers) waiting)"
+        case .callerWithdrawn(let key, _, let reason): "caller withdrew  \(key) (\(reason))"
+        case .priorityChanged(let key, _, let priority): "priority changed \(key) (\(priority))"
+        case .workEnded(let key, _, let outcome, _, let served, let duration):
             "work ended       \(key): \(outcome), \(served) caller(s) served after \(duration)"
-        case .workStalled(let key, let callers, let elapsed):
+        case .workStalled(let key, _, let callers, let elapsed):
             "work stalled     \(key): \(callers) caller(s) waiting for \(elapsed)"
         }
     }

@@ -357,11 +357,11 @@ private final class EventLog: Sendable {
     private func record(_ event: CoalescingEvent<String>) {
         let entry: (String, String)? =
             switch event {
-            case .workStarted(let key): ("started", key)
-            case .callerJoined(let key, _): ("joined", key)
-            case .callerWithdrawn(let key, _): ("withdrawn", key)
-            case .workEnded(let key, _, _, _): ("ended", key)
-            case .workStalled(let key, _, _): ("stalled", key)
+            case .workStarted(let key, _): ("started", key)
+            case .callerJoined(let key, _, _): ("joined", key)
+            case .callerWithdrawn(let key, _, _): ("withdrawn", key)
+            case .workEnded(let key, _, _, _, _, _): ("ended", key)
+            case .workStalled(let key, _, _, _): ("stalled", key)
             case .priorityChanged: nil
             }
         if let entry {

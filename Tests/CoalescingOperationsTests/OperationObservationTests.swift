@@ -26,11 +26,11 @@ final class OperationObservationTests: XCTestCase {
             events.value.map { event in
                 switch event {
                 case .workStarted: "started"
-                case .callerJoined(_, let callers): "joined \(callers)"
-                case .callerWithdrawn(_, let reason): reason == .timedOut ? "timed out" : "withdrawn"
+                case .callerJoined(_, _, let callers): "joined \(callers)"
+                case .callerWithdrawn(_, _, let reason): reason == .timedOut ? "timed out" : "withdrawn"
                 case .priorityChanged: "priority"
-                case .workEnded(_, let outcome, let served, _): "ended \(outcome) \(served)"
-                case .workStalled(_, let callers, _): "stalled \(callers)"
+                case .workEnded(_, _, let outcome, _, let served, _): "ended \(outcome) \(served)"
+                case .workStalled(_, _, let callers, _): "stalled \(callers)"
                 }
             }
         }
@@ -94,16 +94,42 @@ final class OperationObservationTests: XCTestCase {
         manager.queue.waitUntilAllOperationsAreFinished()
 
         XCTAssertEqual(log.names, ["started", "joined 2", "joined 3", "withdrawn", "ended succeeded 2"])
-        guard case .workEnded(let key, _, _, let duration)? = log.events.value.last else { return XCTFail() }
+        guard case .workEnded(let key, _, _, _, _, let duration)? = log.events.value.last else { return XCTFail() }
         XCTAssertEqual(key, "work")
         XCTAssertGreaterThan(duration, .zero)
+    }
+
+    func testTheManagersEventsNumberEachWorkAndAFailuresEndCarriesItsError() {
+        // Guarantee 22, for operations.
+        struct Refused: Error {}
+        let log = EventLog()
+        let manager = OperationQueueManager(observer: log.observe)
+        let recorder = ResultRecorder<Int>()
+        manager.enqueue(
+            operation: TestOperation(
+                "refused", callBackQueue: callbacks, work: { $0.finish(result: .failure(Refused())) },
+                completionHandler: recorder.handler("refused")))
+        XCTAssertTrue(recorder.waitForCalls(1))
+        manager.enqueue(
+            operation: TestOperation(
+                "accepted", finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "accepted"))
+        XCTAssertTrue(recorder.waitForCalls(1))
+        manager.queue.waitUntilAllOperationsAreFinished()
+
+        let ends = log.events.value.compactMap { event -> (String, Int, (any Error)?)? in
+            if case .workEnded(let key, let work, _, let error, _, _) = event { (key, work, error) } else { nil }
+        }
+        XCTAssertEqual(ends.map(\.0), ["refused", "accepted"])
+        XCTAssertEqual(ends.map(\.1), [1, 2])
+        XCTAssertTrue(ends[0].2 is Refused)
+        XCTAssertNil(ends[1].2)
     }
 
     func testAnObserverThatCallsBackIntoTheManagerDoesNotDeadlock() {
         let reentered = Counter()
         let box = LockedBox<OperationQueueManager?>(nil)
         let manager = OperationQueueManager(observer: { event in
-            guard case .workStarted(let key) = event, key == "first", let manager = box.value else { return }
+            guard case .workStarted(let key, _) = event, key == "first", let manager = box.value else { return }
             reentered.increment()
             manager.enqueue(operation: TestOperation<Int>("second", work: { $0.finish(result: .success(2)) }))
             manager.cancel(identifier: "nothing")

@@ -411,9 +411,9 @@ final class StressTests: XCTestCase {
                 switch event {
                 case .workStarted: counts.started += 1
                 case .callerJoined: counts.joined += 1
-                case .callerWithdrawn(_, .withdrawn): counts.withdrawn += 1
-                case .callerWithdrawn(_, .timedOut): counts.timedOut += 1
-                case .workEnded(_, _, let served, _):
+                case .callerWithdrawn(_, _, .withdrawn): counts.withdrawn += 1
+                case .callerWithdrawn(_, _, .timedOut): counts.timedOut += 1
+                case .workEnded(_, _, _, _, let served, _):
                     counts.ended += 1
                     counts.served += served
                 case .priorityChanged, .workStalled: break

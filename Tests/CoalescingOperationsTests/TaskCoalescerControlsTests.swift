@@ -434,7 +434,7 @@ final class TaskCoalescerControlsTests: XCTestCase {
         let priority = try await low.value
         XCTAssertGreaterThanOrEqual(priority, .high, "raised, and not lowered when the urgent caller withdrew")
         let changes = events.value.compactMap { event -> WorkPriority? in
-            if case .priorityChanged(_, let priority) = event { priority } else { nil }
+            if case .priorityChanged(_, _, let priority) = event { priority } else { nil }
         }
         XCTAssertEqual(changes, [.task(.high)])
     }

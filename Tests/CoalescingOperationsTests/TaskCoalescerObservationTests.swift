@@ -23,10 +23,10 @@ final class TaskCoalescerObservationTests: XCTestCase {
             events.value.map { event in
                 switch event {
                 case .workStarted: "started"
-                case .callerJoined(_, let callers): "joined \(callers)"
-                case .callerWithdrawn(_, let reason): "withdrawn \(reason)"
-                case .priorityChanged(_, let priority): "priority \(priority)"
-                case .workEnded(_, let outcome, let served, _): "ended \(outcome) \(served)"
+                case .callerJoined(_, _, let callers): "joined \(callers)"
+                case .callerWithdrawn(_, _, let reason): "withdrawn \(reason)"
+                case .priorityChanged(_, _, let priority): "priority \(priority)"
+                case .workEnded(_, _, let outcome, _, let served, _): "ended \(outcome) \(served)"
                 case .workStalled: "stalled"
                 }
             }
@@ -139,6 +139,58 @@ final class TaskCoalescerObservationTests: XCTestCase {
 
     // MARK: Guarantee 22: events
 
+    func testEveryEventOfOneWorkNamesItsNumberAndTheWorkReadsTheSame() async throws {
+        let log = EventLog()
+        let coalescer = InFlightTaskCoalescer<String, Int?>(observer: log.observer)
+        let gate = AsyncGate()
+        let first = Task {
+            try await coalescer.value(key: "a") {
+                try await gate.wait()
+                return ProgressReporter.current.work
+            }
+        }
+        await waitUntil("the first work started") { coalescer.callerCount(for: "a") == 1 }
+        let joined = Task { try await coalescer.value(key: "a") { nil } }
+        await waitUntil("a caller joined") { coalescer.callerCount(for: "a") == 2 }
+        let second = try await coalescer.value(key: "b") { ProgressReporter.current.work }
+        gate.open()
+        let firstNumber = try await first.value
+        let joinedNumber = try await joined.value
+        await waitUntil("both ends were reported") { log.steps.filter { $0.hasPrefix("ended") }.count == 2 }
+
+        XCTAssertEqual(firstNumber, 1)
+        XCTAssertEqual(joinedNumber, 1, "a caller that joined is handed the first work's value")
+        XCTAssertEqual(second, 2)
+        XCTAssertNil(ProgressReporter.current.work, "outside the work there is no work to name")
+        let numbers = log.events.value.map { event -> (String, Int) in
+            switch event {
+            case .workStarted(let key, let work), .callerJoined(let key, let work, _),
+                .callerWithdrawn(let key, let work, _), .priorityChanged(let key, let work, _),
+                .workEnded(let key, let work, _, _, _, _), .workStalled(let key, let work, _, _):
+                (key, work)
+            }
+        }
+        XCTAssertEqual(numbers.filter { $0.0 == "a" }.map(\.1), [1, 1, 1])
+        XCTAssertEqual(numbers.filter { $0.0 == "b" }.map(\.1), [2, 2])
+    }
+
+    func testTheEndOfFailedWorkCarriesItsErrorAndNoOtherEndCarriesOne() async throws {
+        let log = EventLog()
+        let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
+        _ = try? await coalescer.value(key: "failing") { throw WorkFailed() }
+        _ = try await coalescer.value(key: "succeeding") { 1 }
+        await waitUntil("both ends were reported") { log.steps.filter { $0.hasPrefix("ended") }.count == 2 }
+
+        let errors = log.events.value.compactMap { event -> (WorkOutcome, (any Error)?)? in
+            if case .workEnded(_, _, let outcome, let error, _, _) = event { (outcome, error) } else { nil }
+        }
+        XCTAssertEqual(errors.map(\.0), [.failed, .succeeded])
+        XCTAssertTrue(
+            errors[0].1 is WorkFailed, "the failure's end names the error: \(String(describing: errors[0].1))")
+        XCTAssertNil(errors[1].1)
+        XCTAssertTrue(log.events.value[1].description.contains("error: WorkFailed()"), log.events.value[1].description)
+    }
+
     func testEventsArriveInTheOrderOfTheChanges() async throws {
         let log = EventLog()
         let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
@@ -164,7 +216,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
             [
                 "started", "joined 2", "joined 3", "withdrawn timedOut", "withdrawn withdrawn", "ended succeeded 1",
             ])
-        guard case .workEnded(let key, _, _, let duration) = log.events.value.last else {
+        guard case .workEnded(let key, _, _, _, _, let duration) = log.events.value.last else {
             return XCTFail("no end reported")
         }
         XCTAssertEqual(key, "key")
@@ -196,7 +248,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
             seen.increment()
             guard let coalescer = holder.value else { return }
             _ = coalescer.statistics
-            if case .workStarted("key") = event {
+            if case .workStarted("key", _) = event {
                 // Cancels the work it is told about, from inside the report of its start.
                 coalescer.cancel(key: "key")
                 coalescer.forget(key: "other")

@@ -217,9 +217,9 @@ private struct Plan {
             case .callerJoined:
                 fromEvents.callersJoined += 1
                 fromEvents.callersArrived += 1
-            case .callerWithdrawn(_, .withdrawn): fromEvents.callersWithdrawn += 1
-            case .callerWithdrawn(_, .timedOut): fromEvents.callersTimedOut += 1
-            case .workEnded(_, let outcome, let served, _):
+            case .callerWithdrawn(_, _, .withdrawn): fromEvents.callersWithdrawn += 1
+            case .callerWithdrawn(_, _, .timedOut): fromEvents.callersTimedOut += 1
+            case .workEnded(_, _, let outcome, _, let served, _):
                 fromEvents.callersServed += served
                 switch outcome {
                 case .succeeded: fromEvents.workSucceeded += 1

@@ -21,16 +21,16 @@ public struct EventOrder: Sendable {
     /// Follows one event.
     public mutating func follow(_ event: CoalescingEvent<String>) {
         switch event {
-        case .workStarted(let key):
+        case .workStarted(let key, _):
             inFlight[key, default: 0] += 1
             overlaps[key] = max(overlaps[key] ?? 0, inFlight[key, default: 0] - 1)
-        case .workEnded(let key, _, _, _):
+        case .workEnded(let key, _, _, _, _, _):
             if inFlight[key, default: 0] == 0 {
                 strays.append("ended \(key)")
             } else {
                 inFlight[key, default: 0] -= 1
             }
-        case .callerJoined(let key, _), .callerWithdrawn(let key, _):
+        case .callerJoined(let key, _, _), .callerWithdrawn(let key, _, _):
             if inFlight[key, default: 0] == 0 { strays.append("\(event) with nothing in flight") }
         case .priorityChanged, .workStalled:
             break

@@ -410,38 +410,6 @@ import Foundation
     }
 }
 
-extension Machine {
-    /// Event: a thread offers to deliver the events. Returns the batch if it is the one to;
-    /// otherwise queues `settle` behind them for the thread that is.
-    mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
-        guard !outbox!.isDelivering else {
-            if let settle {
-                outbox!.pending.append(.settle(settle))
-            }
-            return nil
-        }
-        outbox!.isDelivering = true
-        return takeEvents()
-    }
-
-    /// Event: a batch was delivered. Returns the next one, or nil, with delivery over.
-    mutating func continueDelivering(reusing spare: [Outbox<Key>.Item]) -> [Outbox<Key>.Item]? {
-        outbox!.spare = spare
-        guard !outbox!.pending.isEmpty else {
-            outbox!.isDelivering = false
-            return nil
-        }
-        return takeEvents()
-    }
-
-    mutating func takeEvents() -> [Outbox<Key>.Item] {
-        var taken = outbox!.spare
-        outbox!.spare = []
-        swap(&taken, &outbox!.pending)
-        return taken
-    }
-}
-
 // MARK: - Operations arriving
 
 extension Engine where Key == OperationKey {

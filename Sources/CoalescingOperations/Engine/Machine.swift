@@ -55,8 +55,8 @@ import Foundation
     /// Event: new work starts under its key.
     @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
         index[work.key] = work
-        statistics.countStart()
-        record(.workStarted(key: work.key))
+        work.number = statistics.countStart()
+        record(.workStarted(key: work.key, work: work.number))
     }
 
     /// Event: a caller arrives at work in flight. The first to arrive started it, every later one
@@ -74,7 +74,7 @@ import Foundation
         work.live += 1
         statistics.countArrival(joining: work.arrivals > 0)
         if work.arrivals > 0 {
-            record(.callerJoined(key: work.key, callers: work.live))
+            record(.callerJoined(key: work.key, work: work.number, callers: work.live))
         }
         work.arrivals += 1
         return Joined(slot: slot, raised: raised, delivers: delivers)
@@ -96,7 +96,7 @@ import Foundation
             if waited {
                 work.live -= 1
                 statistics.countDeparture(reason)
-                record(.callerWithdrawn(key: work.key, reason: reason))
+                record(.callerWithdrawn(key: work.key, work: work.number, reason: reason))
             }
             action.reprioritizes = work.release(slot)
             let heard = result ?? .failure(reason.error)
@@ -194,9 +194,10 @@ import Foundation
         }
         let outcome = WorkOutcome(result)
         statistics.countEnd(outcome, served: work.live)
+        let error: (any Error)? = if case .failure(let error) = result, outcome == .failed { error } else { nil }
         record(
             .workEnded(
-                key: work.key, outcome: outcome, callersServed: work.live,
+                key: work.key, work: work.number, outcome: outcome, error: error, callersServed: work.live,
                 duration: work.startedAt.map { .now - $0 } ?? .zero))
         return Decided(runner: runner, stopping: stopping)
     }
@@ -279,7 +280,7 @@ import Foundation
     /// Event: the stall threshold passed. Returns how many callers wait, recording the stall if any.
     mutating func stalled(_ work: AnyWork<Key>, after threshold: Duration) -> Int {
         guard case .running = work.phase, work.live > 0 else { return 0 }
-        record(.workStalled(key: work.key, callers: work.live, elapsed: threshold))
+        record(.workStalled(key: work.key, work: work.number, callers: work.live, elapsed: threshold))
         return work.live
     }
 
@@ -308,7 +309,8 @@ import Foundation
             return nil
         }
         guard let next = work.priority.next() else { return nil }
-        record(.priorityChanged(key: work.key, priority: next.event(rising: work.priority.risesOnly)))
+        record(
+            .priorityChanged(key: work.key, work: work.number, priority: next.event(rising: work.priority.risesOnly)))
         return next
     }
 
@@ -474,21 +476,4 @@ import Foundation
     case progress(WorkProgress, ProgressSink)
     case last(Caller<Value>, Result<Value, Error>)
     case none
-}
-
-/// The events recorded and not yet delivered, with work ends whose callers wait for their event
-/// to be delivered first (Guarantee 22). One thread delivers at a time.
-@usableFromInline struct Outbox<Key: Hashable & Sendable> {
-    @usableFromInline enum Item {
-        case event(CoalescingEvent<Key>)
-        case settle(@Sendable () -> Void)
-    }
-
-    @usableFromInline var pending: [Item] = []
-    /// The emptied buffer of the last batch, so that recording allocates nothing once warm (an
-    /// observed join cost twice as much without it).
-    var spare: [Item] = []
-    var isDelivering = false
-
-    init() {}
 }

@@ -45,16 +45,16 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
     /// of starting its own. Never negative.
     public var callersSaved: Int { callersJoined }
 
-    @usableFromInline mutating func countStart() {
+    /// Counts work starting, and returns its number: 1 for the first.
+    @usableFromInline mutating func countStart() -> Int {
         workStarted += 1
+        return workStarted
     }
 
     /// Counts a caller arriving: the first of a work started it, every later one joined.
     @usableFromInline mutating func countArrival(joining: Bool) {
         callersArrived += 1
-        if joining {
-            callersJoined += 1
-        }
+        callersJoined += joining ? 1 : 0
     }
 
     /// Counts a caller leaving before the work ended.
@@ -132,51 +132,116 @@ public enum WorkPriority: Sendable, Equatable, CustomStringConvertible {
 /// One step in the life of coalesced work, handed to the observer given to a coalescer.
 ///
 /// `Key` is the identifier (`String`) for ``OperationQueueManager`` and the key for the task
-/// coalescers. Events reach the observer in the order of the steps they describe: work starts
+/// coalescers. `work` numbers the pieces of work of one coalescer in the order they started, from
+/// 1: every event of one piece of work carries the same number, so that a log line, a span and a
+/// metric of that work can be matched (inside task work, ``ProgressReporter/work`` is the same
+/// number). Events reach the observer in the order of the steps they describe: work starts
 /// before callers join it, and a caller joins before it withdraws or the work ends.
 public enum CoalescingEvent<Key: Hashable & Sendable>: Sendable {
     /// A caller found nothing in flight and started work.
-    case workStarted(key: Key)
+    case workStarted(key: Key, work: Int)
     /// A caller joined work in flight; `callers` is how many now wait for it.
-    case callerJoined(key: Key, callers: Int)
+    case callerJoined(key: Key, work: Int, callers: Int)
     /// A caller stopped waiting before the work ended.
-    case callerWithdrawn(key: Key, reason: WithdrawalReason)
+    case callerWithdrawn(key: Key, work: Int, reason: WithdrawalReason)
     /// The work's priority changed to follow its callers.
-    case priorityChanged(key: Key, priority: WorkPriority)
+    case priorityChanged(key: Key, work: Int, priority: WorkPriority)
     /// The work ended; `callersServed` callers were handed its outcome, `duration` after it started.
-    case workEnded(key: Key, outcome: WorkOutcome, callersServed: Int, duration: Duration)
+    /// `error` is what a work that ``WorkOutcome/failed`` threw or finished with, as its callers
+    /// receive it; nil for the other outcomes.
+    case workEnded(key: Key, work: Int, outcome: WorkOutcome, error: Error?, callersServed: Int, duration: Duration)
     /// Work has been in flight longer than the stall threshold while callers still wait: a sign of
     /// work that never calls back. Reported once per work. See <doc:WhenCallersNeverHearBack>.
-    case workStalled(key: Key, callers: Int, elapsed: Duration)
+    case workStalled(key: Key, work: Int, callers: Int, elapsed: Duration)
 }
 
 extension CoalescingEvent: CustomStringConvertible {
     /// The event on one line, for logs, with plain values:
-    /// `callerWithdrawn(key: user, reason: timedOut)`.
+    /// `callerWithdrawn(key: user, work: 3, reason: timedOut)`; a failure names its error.
     public var description: String {
         switch self {
-        case .workStarted(let key): "workStarted(key: \(key))"
-        case .callerJoined(let key, let callers): "callerJoined(key: \(key), callers: \(callers))"
-        case .callerWithdrawn(let key, let reason): "callerWithdrawn(key: \(key), reason: \(reason))"
-        case .priorityChanged(let key, let priority): "priorityChanged(key: \(key), priority: \(priority))"
-        case .workEnded(let key, let outcome, let served, let duration):
-            "workEnded(key: \(key), outcome: \(outcome), callersServed: \(served), duration: \(duration))"
-        case .workStalled(let key, let callers, let elapsed):
-            "workStalled(key: \(key), callers: \(callers), elapsed: \(elapsed))"
+        case .workStarted(let key, let work): "workStarted(key: \(key), work: \(work))"
+        case .callerJoined(let key, let work, let callers):
+            "callerJoined(key: \(key), work: \(work), callers: \(callers))"
+        case .callerWithdrawn(let key, let work, let reason):
+            "callerWithdrawn(key: \(key), work: \(work), reason: \(reason))"
+        case .priorityChanged(let key, let work, let priority):
+            "priorityChanged(key: \(key), work: \(work), priority: \(priority))"
+        case .workEnded(let key, let work, let outcome, let error, let served, let duration):
+            "workEnded(key: \(key), work: \(work), outcome: \(outcome)\(error.map { ", error: \($0)" } ?? ""), "
+                + "callersServed: \(served), duration: \(duration))"
+        case .workStalled(let key, let work, let callers, let elapsed):
+            "workStalled(key: \(key), work: \(work), callers: \(callers), elapsed: \(elapsed))"
         }
     }
 
     /// The same event under another key: the manager reports identifiers, not its inner keys.
     func map<Other>(_ transform: (Key) -> Other) -> CoalescingEvent<Other> {
         switch self {
-        case .workStarted(let key): .workStarted(key: transform(key))
-        case .callerJoined(let key, let callers): .callerJoined(key: transform(key), callers: callers)
-        case .callerWithdrawn(let key, let reason): .callerWithdrawn(key: transform(key), reason: reason)
-        case .priorityChanged(let key, let priority): .priorityChanged(key: transform(key), priority: priority)
-        case .workEnded(let key, let outcome, let served, let duration):
-            .workEnded(key: transform(key), outcome: outcome, callersServed: served, duration: duration)
-        case .workStalled(let key, let callers, let elapsed):
-            .workStalled(key: transform(key), callers: callers, elapsed: elapsed)
+        case .workStarted(let key, let work): .workStarted(key: transform(key), work: work)
+        case .callerJoined(let key, let work, let callers):
+            .callerJoined(key: transform(key), work: work, callers: callers)
+        case .callerWithdrawn(let key, let work, let reason):
+            .callerWithdrawn(key: transform(key), work: work, reason: reason)
+        case .priorityChanged(let key, let work, let priority):
+            .priorityChanged(key: transform(key), work: work, priority: priority)
+        case .workEnded(let key, let work, let outcome, let error, let served, let duration):
+            .workEnded(
+                key: transform(key), work: work, outcome: outcome, error: error, callersServed: served,
+                duration: duration)
+        case .workStalled(let key, let work, let callers, let elapsed):
+            .workStalled(key: transform(key), work: work, callers: callers, elapsed: elapsed)
         }
+    }
+}
+
+// MARK: - Delivering events
+
+/// The events recorded and not yet delivered, with work ends whose callers wait for their event
+/// to be delivered first (Guarantee 22). One thread delivers at a time.
+@usableFromInline struct Outbox<Key: Hashable & Sendable> {
+    @usableFromInline enum Item {
+        case event(CoalescingEvent<Key>)
+        case settle(@Sendable () -> Void)
+    }
+
+    @usableFromInline var pending: [Item] = []
+    /// The emptied buffer of the last batch, so that recording allocates nothing once warm (an
+    /// observed join cost twice as much without it).
+    var spare: [Item] = []
+    var isDelivering = false
+
+    init() {}
+}
+
+extension Machine {
+    /// Event: a thread offers to deliver the events. Returns the batch if it is the one to;
+    /// otherwise queues `settle` behind them for the thread that is.
+    mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
+        guard !outbox!.isDelivering else {
+            if let settle {
+                outbox!.pending.append(.settle(settle))
+            }
+            return nil
+        }
+        outbox!.isDelivering = true
+        return takeEvents()
+    }
+
+    /// Event: a batch was delivered. Returns the next one, or nil, with delivery over.
+    mutating func continueDelivering(reusing spare: [Outbox<Key>.Item]) -> [Outbox<Key>.Item]? {
+        outbox!.spare = spare
+        guard !outbox!.pending.isEmpty else {
+            outbox!.isDelivering = false
+            return nil
+        }
+        return takeEvents()
+    }
+
+    mutating func takeEvents() -> [Outbox<Key>.Item] {
+        var taken = outbox!.spare
+        outbox!.spare = []
+        swap(&taken, &outbox!.pending)
+        return taken
     }
 }

@@ -48,17 +48,17 @@ public struct WorkProgress: Sendable, Equatable, CustomStringConvertible {
 ///
 /// An operation reports through ``ConcurrentOperation/report(progress:)`` instead.
 public struct ProgressReporter: Sendable {
+    /// The number of the work the current task runs, as its ``CoalescingEvent``s name it (`work`);
+    /// nil outside the work of a task coalescer. A tracer or a logger inside the work tags its
+    /// records with it, so that they match the coalescer's events.
+    public let work: Int?
     @usableFromInline let sink: (@Sendable (WorkProgress) -> Void)?
-
-    @usableFromInline init(_ sink: (@Sendable (WorkProgress) -> Void)?) {
-        self.sink = sink
-    }
 
     @TaskLocal static var bound: ProgressReporter?
 
     /// The reporter of the work the current task runs for a task coalescer; elsewhere, one that
     /// reports to nobody.
-    public static var current: ProgressReporter { bound ?? ProgressReporter(nil) }
+    public static var current: ProgressReporter { bound ?? ProgressReporter(work: nil, sink: nil) }
 
     /// Hands `progress` to every caller of the work that asked for it (Guarantees 24 to 27).
     public func report(progress: WorkProgress) {

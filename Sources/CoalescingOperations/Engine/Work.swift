@@ -10,6 +10,8 @@ import Foundation
     // lock makes every access exclusive, so the runtime's exclusivity checks are switched off for
     // them (`@exclusivity(unchecked)`): measured, they cost a join ~290 instructions.
     @usableFromInline let key: Key
+    /// Its number in its coalescer, 1 for the first, as its events name it.
+    @usableFromInline @exclusivity(unchecked) var number = 0
     @usableFromInline @exclusivity(unchecked) var phase = Phase.running
     /// Callers waiting now.
     @usableFromInline @exclusivity(unchecked) var live = 0

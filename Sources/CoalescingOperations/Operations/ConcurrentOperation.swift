@@ -82,7 +82,12 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
 
     /// Whether the queue has started the operation and it has not finished.
     public final override var isExecuting: Bool {
-        lifecycle.withLock { if case .executing = $0 { true } else { false } }
+        lifecycle.withLock {
+            switch $0 {
+            case .executing, .finishing: true
+            case .idle, .decidedBeforeStart, .finished: false
+            }
+        }
     }
 
     /// Whether the operation is done, as far as its queue is concerned.
@@ -105,7 +110,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
                 switch lifecycle {
                 case .idle: lifecycle = .executing
                 case .decidedBeforeStart: lifecycle = .finished
-                case .executing, .finished: return nil
+                case .executing, .finishing, .finished: return nil
                 }
                 return before
             }
@@ -120,7 +125,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
         case .decidedBeforeStart?:
             // Its queue may let go of it once it is finished; this call still holds it.
             releaseDependencies()
-        case .executing?, .finished?, nil:
+        case .executing?, .finishing?, .finished?, nil:
             break
         }
     }
@@ -214,6 +219,8 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     case idle(onQueue: Bool)
     /// Started by its queue (or by hand), its result not yet decided.
     case executing
+    /// Started, its result decided: finished once Foundation has been told.
+    case finishing
     /// Its result was decided before its queue started it: `start()` finishes it without calling
     /// `main()`.
     case decidedBeforeStart(onQueue: Bool)
@@ -230,8 +237,9 @@ extension ConcurrentOperation {
                 lifecycle = .decidedBeforeStart(onQueue: onQueue)
                 return (true, false)
             case .executing:
+                lifecycle = .finishing
                 return (true, true)
-            case .decidedBeforeStart, .finished:
+            case .finishing, .decidedBeforeStart, .finished:
                 return (false, false)
             }
         }
@@ -262,7 +270,7 @@ extension ConcurrentOperation {
             case .decidedBeforeStart(onQueue: false):
                 lifecycle = .decidedBeforeStart(onQueue: true)
                 return false
-            case .idle, .executing, .decidedBeforeStart, .finished:
+            case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
                 return nil
             }
         }

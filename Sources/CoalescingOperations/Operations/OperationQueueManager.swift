@@ -47,7 +47,7 @@ public final class OperationQueueManager: Sendable {
     ///     Keep it quick and hand heavy work to a queue of your own; it may call back into the
     ///     manager. Without one, nothing is recorded.
     ///   - stallThreshold: Reports work still in flight this long after it started while callers
-    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
+    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:work:callers:elapsed:)`` to the
     ///     observer, or as a line on standard error when there is none. Defaults to the
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS` (a number of seconds; any
     ///     other value is ignored, with a line on standard error), or none. A threshold of about

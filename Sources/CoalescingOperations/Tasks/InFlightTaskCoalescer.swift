@@ -48,7 +48,7 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     may call back into the coalescer. Keep it quick, since it delays the caller it runs on.
     ///     The coalescer holds it until the coalescer and its work in flight are gone.
     ///   - stallThreshold: Reports work still in flight this long after it started while callers
-    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:callers:elapsed:)`` to the
+    ///     wait for it, once, as ``CoalescingEvent/workStalled(key:work:callers:elapsed:)`` to the
     ///     observer, or as a line on standard error when there is none. Defaults to the
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
     public init(
@@ -81,8 +81,9 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     cancelled or abandoned.
     /// - Returns: The work's value, the same for every caller.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled;
-    ///   ``CoalescingError/cancelled`` if the work was cancelled through ``cancel(key:)`` or
-    ///   ``cancelAll()``; or ``CoalescingError/timedOut`` if `timeout` passed first.
+    ///   ``CoalescingError/cancelled`` if the work was cancelled for everyone, through
+    ///   ``cancel(key:)`` or ``cancelAll()`` (Guarantee 13); or ``CoalescingError/timedOut`` if
+    ///   `timeout` passed first.
     @inlinable public func value(
         key: Key,
         priority: TaskPriority? = nil,
@@ -102,7 +103,8 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         return try await engine.wait(for: work, in: slot, arrivedAt: priority)
     }
 
-    /// Cancels the work in flight for `key`: its callers throw ``CoalescingError/cancelled`` at once, and the
+    /// Cancels the work in flight for `key`: its callers throw ``CoalescingError/cancelled`` at
+    /// once (not `CancellationError`, which says that a caller's own task was cancelled), and the
     /// next caller of `key` starts new work.
     ///
     /// Work that was forgotten is no longer under its key; ``cancelAll()`` still reaches it.

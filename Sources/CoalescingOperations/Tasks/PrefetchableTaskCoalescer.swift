@@ -77,8 +77,9 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Returns: The value, the same for every caller of the same work.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled;
-    ///   ``CoalescingError/cancelled`` if the work was cancelled; or ``CoalescingError/timedOut``
-    ///   if `timeout` passed first.
+    ///   ``CoalescingError/cancelled`` if the work was cancelled for everyone, through
+    ///   ``cancel(key:)`` or ``cancelAll()`` (Guarantee 13); or ``CoalescingError/timedOut`` if
+    ///   `timeout` passed first.
     @inlinable public func value(
         key: Key,
         priority: TaskPriority? = nil,
@@ -120,8 +121,9 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///     result, even when every prefetcher's task is cancelled.
     ///   - operation: The work, run in a detached task of its own if this call starts it.
     /// - Throws: The work's error; `CancellationError` if this caller's task was cancelled;
-    ///   ``CoalescingError/cancelled`` if the work was cancelled; or ``CoalescingError/timedOut``
-    ///   if `timeout` passed first.
+    ///   ``CoalescingError/cancelled`` if the work was cancelled for everyone, through
+    ///   ``cancel(key:)`` or ``cancelAll()`` (Guarantee 13); or ``CoalescingError/timedOut`` if
+    ///   `timeout` passed first.
     @inlinable public func prefetch(
         key: Key,
         priority: TaskPriority? = nil,
@@ -143,8 +145,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     }
 
     /// Cancels the work in flight for `key`, prefetch or not, and drops the result stored for it:
-    /// the callers throw ``CoalescingError/cancelled`` at once, and the next caller of `key` starts new
-    /// work. Use it before a refresh.
+    /// the callers throw ``CoalescingError/cancelled`` at once, and the next caller of `key`
+    /// starts new work. Use it before a refresh.
     ///
     /// - Parameter key: The key to cancel.
     /// - Returns: Whether work was in flight or a result stored for `key`.

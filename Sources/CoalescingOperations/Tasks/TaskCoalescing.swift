@@ -10,7 +10,7 @@ extension Engine {
     @usableFromInline func startTask<Value>(
         for work: Work<Key, Value>, name: String?, priority: TaskPriority, operation: @escaping @Sendable () async -> Void
     ) -> Task<Void, Never> {
-        let reporter = ProgressReporter { [self] in report($0, for: work) }
+        let reporter = ProgressReporter(work: work.number) { [self] in report($0, for: work) }
         let operation = { @Sendable in await ProgressReporter.$bound.withValue(reporter, operation: operation) }
         #if compiler(>=6.2)
         return Task.detached(name: name, priority: priority, operation: operation)

@@ -43,6 +43,7 @@ public final class ProfileLoader: Sendable {
     private let client: HTTPClient
     private let logger: Logger
     private let profiles: TracedCoalescer<String, Profile>
+    private let tracer: any Tracer
 
     /// Creates the loader.
     ///
@@ -58,9 +59,8 @@ public final class ProfileLoader: Sendable {
         self.options = options
         self.client = client
         logger = observability.logger
-        profiles = TracedCoalescer(
-            name: "load profile", tracer: observability.tracer,
-            observer: observability.observer(coalescer: "profiles", also: observer))
+        tracer = observability.tracer
+        profiles = TracedCoalescer(observer: observability.observer(coalescer: "profiles", also: observer))
     }
 
     /// What the coalescer has done since the server started.
@@ -76,8 +76,10 @@ public final class ProfileLoader: Sendable {
     ///   timeout has passed, or `CancellationError` if the calling task is cancelled.
     public func profile(id: String) async throws -> Profile {
         guard options.coalescing else { return try await load(id: id) }
-        return try await profiles.value(key: id, timeout: options.timeout, whenAbandoned: options.whenAbandoned) {
-            [self] _ in
+        return try await profiles.value(
+            key: id, span: "load profile", tracer: tracer, timeout: options.timeout,
+            whenAbandoned: options.whenAbandoned
+        ) { [self] _ in
             // The work runs in a task of its own, with no request's task-local logger metadata:
             // what it logs says which work it is.
             try await load(id: id)

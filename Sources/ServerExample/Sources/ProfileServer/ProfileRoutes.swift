@@ -6,18 +6,18 @@ import ServerSupport
 /// the coalescer's counts on one line.
 ///
 /// A request whose client disconnects withdraws from the load at once: Hummingbird cancels no
-/// handler by default, so the load runs inside `consumeWithCancellationOnInboundClose` (see
-/// `Request.cancellingOnDisconnect`). A request whose timeout passes answers 504; one whose
-/// upstream fails answers 502.
+/// handler by default, so the load runs inside `ClientRequestContext.cancellingOnDisconnect`,
+/// which learns of the disconnect from the connection's events and keeps connections alive. A
+/// request whose timeout passes answers 504; one whose upstream fails answers 502.
 ///
 /// - Parameter loader: The application's one loader of profiles.
 /// - Returns: The router, with a tracing middleware that gives each request a span.
-public func makeRouter(loader: ProfileLoader) -> Router<BasicRequestContext> {
-    let router = Router()
+public func makeRouter(loader: ProfileLoader) -> Router<ClientRequestContext> {
+    let router = Router(context: ClientRequestContext.self)
     router.add(middleware: TracingMiddleware())
-    router.get("/profiles/{id}") { request, context in
+    router.get("/profiles/{id}") { _, context in
         let id = try context.parameters.require("id")
-        return try await request.cancellingOnDisconnect(context: context) {
+        return try await context.cancellingOnDisconnect {
             do {
                 return try await loader.profile(id: id)
             } catch CoalescingError.timedOut {

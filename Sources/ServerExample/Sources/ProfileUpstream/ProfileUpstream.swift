@@ -35,16 +35,16 @@ public struct ProfileUpstream: Sendable {
     }
 
     /// The upstream's one route.
-    public var router: Router<BasicRequestContext> {
-        let router = Router()
-        router.get("/profiles/{id}") { request, context in
+    public var router: Router<ClientRequestContext> {
+        let router = Router(context: ClientRequestContext.self)
+        router.get("/profiles/{id}") { _, context in
             let id = try context.parameters.require("id")
             let load = counts.update { counts in
                 counts.started += 1
                 return counts.started
             }
             do {
-                return try await request.cancellingOnDisconnect(context: context) {
+                return try await context.cancellingOnDisconnect {
                     try await isHolding.wait { !$0 }
                     try await Task.sleep(for: latency)
                     counts.update { $0.answered += 1 }

@@ -2,7 +2,8 @@ import Hummingbird
 import Logging
 import ServiceLifecycle
 
-/// A Hummingbird application serving a router on 127.0.0.1, until ``stop()``.
+/// A Hummingbird application serving a router on 127.0.0.1, until ``stop()``, watching each
+/// connection for its client going away (``ClientRequestContext``).
 public struct RunningServer: Sendable {
     /// The port it listens on: the one asked for, or the one the system chose for port 0.
     public let port: Int
@@ -15,17 +16,20 @@ public struct RunningServer: Sendable {
     /// Starts serving `router`, and returns once the server listens.
     ///
     /// - Parameters:
-    ///   - router: What the server answers.
+    ///   - router: What the server answers; with a ``ClientRequestContext``, its handlers can stop
+    ///     their work when the client goes away.
     ///   - port: The port; 0, the default, lets the system choose a free one.
     ///   - logger: The server's logger.
     /// - Returns: The running server.
     /// - Throws: What stopped the server from starting, such as a port in use.
-    public static func start(
-        _ router: Router<BasicRequestContext>, port: Int = 0, logger: Logger
-    ) async throws -> RunningServer {
+    public static func start<Context: RequestContext>(
+        _ router: Router<Context>, port: Int = 0, logger: Logger
+    ) async throws -> RunningServer where Context.Source == ApplicationRequestContextSource {
         let (ports, listening) = AsyncStream.makeStream(of: Int.self)
         let application = Application(
             router: router,
+            // Every connection tells its requests when its client goes away (ClientConnection).
+            server: .http1(configuration: .init(additionalChannelHandlers: [ClientCloseHandler()])),
             configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: port)),
             onServerRunning: { channel in
                 listening.yield(channel.localAddress?.port ?? port)

@@ -24,8 +24,8 @@ struct Seen: Sendable, Equatable {
     mutating func record(_ event: CoalescingEvent<String>) {
         switch event {
         case .workStarted, .callerJoined: arrivals += 1
-        case .callerWithdrawn(_, .withdrawn): withdrawn += 1
-        case .callerWithdrawn(_, .timedOut): timedOut += 1
+        case .callerWithdrawn(_, _, .withdrawn): withdrawn += 1
+        case .callerWithdrawn(_, _, .timedOut): timedOut += 1
         case .workEnded: ended += 1
         case .priorityChanged, .workStalled: break
         }
@@ -92,6 +92,9 @@ struct ServerHarness: Sendable {
     }
 
     /// Sends `GET path` to the server, as a browser would; cancelling the calling task disconnects.
+    /// The profile server's port on 127.0.0.1.
+    var port: Int { server.port }
+
     func get(_ path: String) async throws -> Answer {
         let response = try await client.execute(HTTPClientRequest(url: server.url + path), timeout: .seconds(30))
         let body = try await response.body.collect(upTo: 1 << 20)

@@ -1,3 +1,4 @@
+#if Metrics
 import CoalescingOperations
 import CoreMetrics
 
@@ -71,13 +72,13 @@ public struct CoalescingMetrics: Sendable {
             workInFlight.increment()
         case .callerJoined:
             callersJoined.increment()
-        case .callerWithdrawn(_, .withdrawn):
+        case .callerWithdrawn(_, _, .withdrawn):
             callersWithdrawn.increment()
-        case .callerWithdrawn(_, .timedOut):
+        case .callerWithdrawn(_, _, .timedOut):
             callersTimedOut.increment()
         case .priorityChanged:
             break
-        case .workEnded(_, let outcome, let served, let duration):
+        case .workEnded(_, _, let outcome, _, let served, let duration):
             workInFlight.decrement()
             callersServed.increment(by: served)
             ended.record(outcome, after: duration)
@@ -86,3 +87,4 @@ public struct CoalescingMetrics: Sendable {
         }
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Metrics
 import CoalescingMetrics
 import CoalescingOperations
 import IntegrationTestSupport
@@ -63,7 +64,8 @@ final class CoalescingMetricsTests: XCTestCase {
 
     func testAStallReportIsCounted() throws {
         let bridge = CoalescingMetrics(coalescer: "profiles", factory: metrics)
-        bridge.record(CoalescingEvent<String>.workStalled(key: "ada", callers: 2, elapsed: .seconds(30)))
+        bridge.record(CoalescingEvent<String>.workStalled(key: "ada", work: 1, callers: 2, elapsed: .seconds(30)))
         XCTAssertEqual(try total("coalescing_work_stalled_total"), 1)
     }
 }
+#endif

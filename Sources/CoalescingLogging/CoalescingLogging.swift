@@ -1,3 +1,4 @@
+#if Logging
 import CoalescingOperations
 import Logging
 
@@ -16,15 +17,19 @@ import Logging
 /// let profiles = InFlightTaskCoalescer<String, String>(observer: logging.record)
 /// ```
 ///
-/// | Event | Level | Message | Metadata besides `coalescer` and `key` |
+/// | Event | Level | Message | Metadata besides `coalescer`, `key` and `work` |
 /// | --- | --- | --- | --- |
 /// | work stalled | warning | `coalesced work stalled` | `callers`, `elapsed_ms` |
 /// | caller timed out | notice | `caller withdrew` | `reason`: `timed_out` |
 /// | caller withdrew | info | `caller withdrew` | `reason`: `withdrawn` |
-/// | work failed | warning | `coalesced work ended` | `outcome`, `callers_served`, `duration_ms` |
-/// | work cancelled | info | `coalesced work ended` | the same |
+/// | work failed | warning | `coalesced work ended` | `outcome`, `error`, `callers_served`, `duration_ms` |
+/// | work cancelled | info | `coalesced work ended` | `outcome`, `callers_served`, `duration_ms` |
 /// | work succeeded | debug | `coalesced work ended` | the same |
 /// | work started, caller joined, priority changed | trace | `coalesced work started`… | `callers`, `priority` |
+///
+/// `work` is the number the coalescer's events give the work: every record of one work carries the
+/// same, as does the `coalescing.work` attribute of its span in `CoalescingTracing`. `error` is
+/// the failed work's error as it prints (`String(describing:)`), so that the record says why.
 ///
 /// The records are the coalescer's, not a request's: the observer runs on whichever thread made
 /// the change, so the logger's own metadata, not a task-local one, is what reaches them.
@@ -47,27 +52,37 @@ public struct CoalescingLogging: Sendable {
     /// - Parameter event: An event from a coalescer, a manager or a prefetcher.
     public func record<Key>(_ event: CoalescingEvent<Key>) {
         switch event {
-        case .workStalled(let key, let callers, let elapsed):
+        case .workStalled(let key, let work, let callers, let elapsed):
             logger.warning(
                 "coalesced work stalled",
-                metadata: ["key": "\(key)", "callers": "\(callers)", "elapsed_ms": "\(elapsed.milliseconds)"])
-        case .callerWithdrawn(let key, let reason):
+                metadata: [
+                    "key": "\(key)", "work": "\(work)", "callers": "\(callers)",
+                    "elapsed_ms": "\(elapsed.milliseconds)",
+                ])
+        case .callerWithdrawn(let key, let work, let reason):
             logger.log(
                 level: reason == .timedOut ? .notice : .info, "caller withdrew",
-                metadata: ["key": "\(key)", "reason": "\(reason == .timedOut ? "timed_out" : "withdrawn")"])
-        case .workEnded(let key, let outcome, let served, let duration):
-            logger.log(
-                level: outcome.level, "coalesced work ended",
                 metadata: [
-                    "key": "\(key)", "outcome": "\(outcome)", "callers_served": "\(served)",
-                    "duration_ms": "\(duration.milliseconds)",
+                    "key": "\(key)", "work": "\(work)", "reason": "\(reason == .timedOut ? "timed_out" : "withdrawn")",
                 ])
-        case .workStarted(let key):
-            logger.trace("coalesced work started", metadata: ["key": "\(key)"])
-        case .callerJoined(let key, let callers):
-            logger.trace("caller joined coalesced work", metadata: ["key": "\(key)", "callers": "\(callers)"])
-        case .priorityChanged(let key, let priority):
-            logger.trace("coalesced work priority changed", metadata: ["key": "\(key)", "priority": "\(priority)"])
+        case .workEnded(let key, let work, let outcome, let error, let served, let duration):
+            var metadata: Logger.Metadata = [
+                "key": "\(key)", "work": "\(work)", "outcome": "\(outcome)", "callers_served": "\(served)",
+                "duration_ms": "\(duration.milliseconds)",
+            ]
+            if let error {
+                metadata["error"] = "\(error)"
+            }
+            logger.log(level: outcome.level, "coalesced work ended", metadata: metadata)
+        case .workStarted(let key, let work):
+            logger.trace("coalesced work started", metadata: ["key": "\(key)", "work": "\(work)"])
+        case .callerJoined(let key, let work, let callers):
+            logger.trace(
+                "caller joined coalesced work", metadata: ["key": "\(key)", "work": "\(work)", "callers": "\(callers)"])
+        case .priorityChanged(let key, let work, let priority):
+            logger.trace(
+                "coalesced work priority changed",
+                metadata: ["key": "\(key)", "work": "\(work)", "priority": "\(priority)"])
         }
     }
 }
@@ -90,3 +105,4 @@ extension Duration {
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 }
+#endif

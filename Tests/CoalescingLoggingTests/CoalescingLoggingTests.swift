@@ -1,3 +1,4 @@
+#if Logging
 import CoalescingLogging
 import CoalescingOperations
 import InMemoryLogging
@@ -9,7 +10,9 @@ import XCTest
 // become structured records for a caller withdrawn (14), one timed out (17), work that fails for
 // all its callers (2, as the task coalescers deliver it) and a stall report (23).
 final class CoalescingLoggingTests: XCTestCase {
-    private struct Unavailable: Error {}
+    private struct Unavailable: Error, CustomStringConvertible {
+        var description: String { "upstream answered 500" }
+    }
 
     private let handler = InMemoryLogHandler()
 
@@ -41,16 +44,20 @@ final class CoalescingLoggingTests: XCTestCase {
         XCTAssertEqual(ended.level, .warning)
         XCTAssertEqual(ended.metadata["outcome"], "failed")
         XCTAssertEqual(ended.metadata["callers_served"], "1")
+        XCTAssertEqual(ended.metadata["error"], "upstream answered 500", "the failure's record says why")
         XCTAssertEqual(records.count, 3, "started and joined are trace records, below the logger's level")
+        XCTAssertEqual(Set(records.map { $0.metadata["work"] }), ["1"], "every record names the one work")
     }
 
-    func testAStallIsAWarningWithItsCallersAndElapsedTime() {
-        logging().record(CoalescingEvent<String>.workStalled(key: "ada", callers: 2, elapsed: .milliseconds(30_500)))
+    func testAStallIsAWarningWithItsWorkCallersAndElapsedTime() {
+        logging().record(
+            CoalescingEvent<String>.workStalled(key: "ada", work: 7, callers: 2, elapsed: .milliseconds(30_500)))
         XCTAssertEqual(records.count, 1)
         XCTAssertEqual(records.first?.level, .warning)
         XCTAssertEqual(records.first?.message, "coalesced work stalled")
         XCTAssertEqual(
-            records.first?.metadata, ["coalescer": "profiles", "key": "ada", "callers": "2", "elapsed_ms": "30500"])
+            records.first?.metadata,
+            ["coalescer": "profiles", "key": "ada", "work": "7", "callers": "2", "elapsed_ms": "30500"])
     }
 
     func testEveryStepIsATraceRecordWhenTheLevelAllows() async throws {
@@ -60,5 +67,7 @@ final class CoalescingLoggingTests: XCTestCase {
         try await seen.ended.wait()
         XCTAssertEqual(records.map(\.message), ["coalesced work started", "coalesced work ended"])
         XCTAssertEqual(records.last?.level, .debug)
+        XCTAssertNil(records.last?.metadata["error"], "work that succeeded names no error")
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if Metrics
 import CoalescingOperations
 import CoreMetrics
 
@@ -33,3 +34,4 @@ struct OutcomeMetrics: Sendable {
         metrics.duration.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
+#endif
