@@ -1,0 +1,80 @@
+// One caller of a PostgresCoalescer in a process of its own, for the multi-process tests and by
+// hand: asks for one key, counts its runs of the work in a file, and prints what it got.
+#if Postgres
+import CoalescingOperations
+import CoalescingPostgres
+import Foundation
+import Logging
+import PostgresNIO
+
+let usage = """
+    usage: coalescing-postgres-probe --url URL --key KEY --runs-file PATH [--table NAME] [--gate N]
+                                     [--timeout-ms N] [--when-unavailable run-locally|fail]
+      --runs-file PATH  each run of the work appends a line "<pid> <key>" here
+      --gate N          the work waits until it can share the advisory lock N (a test holds it)
+    prints "ready" once its caller waits, then "value: <value>" or "error: <error>", then its statistics
+    """
+
+var options: [String: String] = [:]
+var arguments = CommandLine.arguments.dropFirst()
+while let name = arguments.popFirst() {
+    guard name.hasPrefix("--"), let value = arguments.popFirst() else {
+        FileHandle.standardError.write(Data("\(usage)\n".utf8))
+        exit(2)
+    }
+    options[String(name.dropFirst(2))] = value
+}
+guard let url = options["url"], let key = options["key"], let runsFile = options["runs-file"] else {
+    FileHandle.standardError.write(Data("\(usage)\n".utf8))
+    exit(2)
+}
+
+enum Probe {
+    /// Appends one line with O_APPEND, whole: the probes of one test write to one file at once.
+    static func appendLine(_ line: String, to path: String) {
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT, 0o644)
+        guard descriptor >= 0 else { fatalError("cannot open \(path)") }
+        let bytes = Array("\(line)\n".utf8)
+        _ = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        close(descriptor)
+    }
+
+    /// Waits for the test's gate: a shared advisory lock the test holds exclusively until it lets the
+    /// work end. A database that cannot be reached opens the gate, as the fault tests need.
+    static func waitForGate(_ gate: Int64, configuration: PostgresCoalescerConfiguration, logger: Logger) async {
+        do {
+            let connection = try await PostgresConnection.connect(
+                configuration: configuration.connection, id: 0, logger: logger)
+            _ = try? await connection.query("SELECT pg_advisory_lock_shared(\(gate))", logger: logger).collect()
+            try await connection.close()
+        } catch {
+            print("gate: \(error)")
+        }
+    }
+}
+
+var logger = Logger(label: "probe")
+logger.logLevel = .error
+var configuration = try PostgresCoalescerConfiguration(url: url)
+configuration.table = options["table"] ?? configuration.table
+configuration.whenDatabaseUnavailable = options["when-unavailable"] == "fail" ? .fail : .runLocally
+let coalescer = try PostgresCoalescer<String>(configuration: configuration, logger: logger)
+let gate = options["gate"].flatMap(Int64.init)
+let timeout = options["timeout-ms"].flatMap(Int.init).map { Duration.milliseconds($0) }
+let pid = ProcessInfo.processInfo.processIdentifier
+FileHandle.standardOutput.write(Data("ready \(pid)\n".utf8))
+let work = { @Sendable [configuration, logger] in
+    Probe.appendLine("\(pid) \(key)", to: runsFile)
+    if let gate { await Probe.waitForGate(gate, configuration: configuration, logger: logger) }
+    return "value of \(key)"
+}
+do {
+    let value = try await coalescer.value(key: key, timeout: timeout, operation: work)
+    print("value: \(value)")
+} catch {
+    print("error: \(error)")
+}
+print("statistics: \(coalescer.statistics)")
+#else
+print("coalescing-postgres-probe: built without the Postgres trait; build with --traits Postgres")
+#endif
