@@ -86,8 +86,9 @@ var postgresTargets: [Target] {
         .testTarget(
             name: "CoalescingPostgresTests",
             dependencies: [
-                "CoalescingPostgres", "CoalescingOperations",
+                "CoalescingPostgres", "CoalescingOperations", "TestSupport", "coalescing-postgres-probe",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
             ]
         ),
     ]

@@ -56,23 +56,25 @@ struct DatabaseStep: Sendable {
     ) async throws -> Value {
         let arrived = ContinuousClock.now
         let lead: Int64
+        let published: Published?
         do {
             let arrival = try await sequenceValue(on: connection)
             let tookLock = try await lock(key: key, on: connection)
             recorder.databaseAnswered()
-            if let published = try await publishedResult(key: key, after: arrival, freshOnly: freshOnly, on: connection)
-            {
-                return try served(published, key: key, waitedSince: arrived, as: Value.self)
-            }
-            lead = try await sequenceValue(on: connection)
-            recorder.record(.ranHere(key: key, tookOver: !tookLock)) {
-                $0.runsHere += 1
-                if !tookLock { $0.takeOvers += 1 }
+            published = try await publishedResult(key: key, after: arrival, freshOnly: freshOnly, on: connection)
+            lead = published == nil ? try await sequenceValue(on: connection) : 0
+            if published == nil {
+                recorder.record(.ranHere(key: key, tookOver: !tookLock)) {
+                    $0.runsHere += 1
+                    if !tookLock { $0.takeOvers += 1 }
+                }
             }
         } catch {
             try Task.checkCancellation()
             return try await unavailable(key: key, error: error, operation: operation)
         }
+        // Outside the `do` above: another process's failure is the callers' answer, not the database's.
+        if let published { return try served(published, key: key, waitedSince: arrived, as: Value.self) }
         let result: Result<Value, any Error>
         do {
             result = .success(try await operation())
