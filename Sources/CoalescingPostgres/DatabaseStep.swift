@@ -22,8 +22,13 @@ struct DatabaseStep: Sendable {
 
     /// The result for `key`: read from another process's publication, or from running `operation`.
     ///
-    /// - Parameter freshOnly: Accept only a run that started after this step arrived, for the first
-    ///   step after ``PostgresCoalescer/forget(key:)``.
+    /// - Parameters:
+    ///   - key: The full key.
+    ///   - freshOnly: Accept only a run that started after this step arrived, for the first step
+    ///     after ``PostgresCoalescer/forget(key:)``.
+    ///   - operation: The work, run here if this step takes the lock and finds no result.
+    /// - Returns: The value, from here or from another process.
+    /// - Throws: The work's error, a ``CoalescingPostgresError``, or `CancellationError`.
     func run<Value: Codable & Sendable>(
         key: String, freshOnly: Bool, operation: @Sendable () async throws -> Value
     ) async throws -> Value {
@@ -47,7 +52,7 @@ struct DatabaseStep: Sendable {
             outcome = .failure(error)
         }
         // PostgresNIO requires a connection closed before it goes; closing also releases the lock.
-        try? await connection.close()
+        await connection.closeIfOpen()
         return try outcome.get()
     }
 
@@ -99,7 +104,7 @@ struct DatabaseStep: Sendable {
             }
             return connection
         } catch {
-            try? await connection.close()
+            await connection.closeIfOpen()
             throw error
         }
     }
@@ -206,19 +211,26 @@ struct DatabaseStep: Sendable {
         let (retentionSeconds, retentionAttoseconds) = configuration.resultRetention.components
         let retention = Double(retentionSeconds) + Double(retentionAttoseconds) / 1e18
         do {
-            try await connection.perform(
-                """
-                INSERT INTO \(unescaped: table) (key, seq, started, value, failure_kind, failure, published_at)
-                VALUES (\(key), nextval(\(table + "_seq")), \(started), \(value), \(failure?.kind), \(failure?.message), now())
-                ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, started = excluded.started, value = excluded.value,
-                    failure_kind = excluded.failure_kind, failure = excluded.failure, published_at = excluded.published_at
-                """, logger: recorder.logger
-            )
-            try await connection.perform(
-                """
-                DELETE FROM \(unescaped: table) WHERE published_at < now() - make_interval(secs => \(retention))
-                """, logger: recorder.logger
-            )
+            // Bounded: a session the server ended while it sat idle (a restart) was seen to leave a
+            // statement waiting forever, and the leader's callers already have their result.
+            try await Bounded.run(within: configuration.connectTimeout) { [value, failure] in
+                guard !connection.isClosed else {
+                    throw CoalescingPostgresError.databaseUnavailable("connection closed")
+                }
+                try await connection.perform(
+                    """
+                    INSERT INTO \(unescaped: table) (key, seq, started, value, failure_kind, failure, published_at)
+                    VALUES (\(key), nextval(\(table + "_seq")), \(started), \(value), \(failure?.kind), \(failure?.message), now())
+                    ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, started = excluded.started, value = excluded.value,
+                        failure_kind = excluded.failure_kind, failure = excluded.failure, published_at = excluded.published_at
+                    """, logger: recorder.logger
+                )
+                try await connection.perform(
+                    """
+                    DELETE FROM \(unescaped: table) WHERE published_at < now() - make_interval(secs => \(retention))
+                    """, logger: recorder.logger
+                )
+            }
         } catch {
             recorder.logger.warning(
                 "could not publish a result; the processes waiting for it will run the work",
@@ -264,6 +276,11 @@ extension PostgresConnection {
     /// only when the lock is granted.
     func perform(_ query: PostgresQuery, logger: Logger) async throws {
         _ = try await self.query(query, logger: logger).collect()
+    }
+
+    /// Closes the connection unless it is closed already, which PostgresNIO requires before it goes.
+    func closeIfOpen() async {
+        if !isClosed { try? await close() }
     }
 }
 #endif

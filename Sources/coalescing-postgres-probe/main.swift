@@ -46,9 +46,9 @@ enum Probe {
             let connection = try await PostgresConnection.connect(
                 configuration: configuration.connection, id: 0, logger: logger)
             _ = try? await connection.query("SELECT pg_advisory_lock_shared(\(gate))", logger: logger).collect()
-            try await connection.close()
+            if !connection.isClosed { try await connection.close() }
         } catch {
-            print("gate: \(error)")
+            FileHandle.standardOutput.write(Data("gate: \(String(reflecting: error))\n".utf8))
         }
     }
 }
@@ -62,7 +62,9 @@ let coalescer = try PostgresCoalescer<String>(configuration: configuration, logg
 let gate = options["gate"].flatMap(Int64.init)
 let timeout = options["timeout-ms"].flatMap(Int.init).map { Duration.milliseconds($0) }
 let pid = ProcessInfo.processInfo.processIdentifier
-FileHandle.standardOutput.write(Data("ready \(pid)\n".utf8))
+/// Writes a line unbuffered: the tests read it while the probe may still run, or after it was killed.
+func say(_ line: String) { FileHandle.standardOutput.write(Data("\(line)\n".utf8)) }
+say("ready \(pid)")
 let work = { @Sendable [configuration, logger] in
     Probe.appendLine("\(pid) \(key)", to: runsFile)
     if let gate { await Probe.waitForGate(gate, configuration: configuration, logger: logger) }
@@ -70,11 +72,14 @@ let work = { @Sendable [configuration, logger] in
 }
 do {
     let value = try await coalescer.value(key: key, timeout: timeout, operation: work)
-    print("value: \(value)")
+    say("value: \(value)")
 } catch {
-    print("error: \(error)")
+    say("error: \(error)")
 }
-print("statistics: \(coalescer.statistics)")
+say("statistics: \(coalescer.statistics)")
+// Explicitly: a probe returning from its top level was once seen stuck in the main thread's
+// thread-specific-data destructors, after a database restart.
+exit(0)
 #else
 print("coalescing-postgres-probe: built without the Postgres trait; build with --traits Postgres")
 #endif

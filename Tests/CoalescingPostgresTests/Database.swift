@@ -35,7 +35,7 @@ enum Database {
             try await connection.close()
             return result
         } catch {
-            try? await connection.close()
+            if !connection.isClosed { try? await connection.close() }
             throw error
         }
     }
