@@ -22,8 +22,8 @@ import Logging
 /// Callers in one process join an ``InFlightTaskCoalescer`` first, so a process holds at most one
 /// database step per key; the step queues on a session advisory lock for the key and either reads
 /// the result another process published after it arrived, or runs the work and publishes it. See
-/// <doc:CoalescingAcrossProcesses> for the table, the permissions and the guarantees (Guarantees 41
-/// to 48).
+/// the article "Coalescing across processes" for the table, the permissions and what to monitor,
+/// and Guarantees 28 to 35 for the contract.
 ///
 /// - Per-caller timeouts and withdrawal work as in the in-process coalescer: only that caller gives
 ///   up. When the last caller of this process has gone, `whenAbandoned` decides whether this
