@@ -12,6 +12,10 @@ let usage = """
                                      [--timeout-ms N] [--when-unavailable run-locally|fail]
       --runs-file PATH  each run of the work appends a line "<pid> <key>" here
       --gate N          the work waits until it can share the advisory lock N (a test holds it)
+    or, as one instance of the fleet load run (--key is then ignored):
+           coalescing-postgres-probe --url URL --runs-file PATH --load-start EPOCH-MS --bursts N --callers N
+                                     --interval-ms N --work-ms N [--per-process]
+      --per-process     coalesce within this process only (an InFlightTaskCoalescer), for comparison
     prints "ready" once its caller waits, then "value: <value>" or "error: <error>", then its statistics
     """
 
@@ -24,7 +28,7 @@ while let name = arguments.popFirst() {
     }
     options[String(name.dropFirst(2))] = value
 }
-guard let url = options["url"], let key = options["key"], let runsFile = options["runs-file"] else {
+guard let url = options["url"], let runsFile = options["runs-file"] else {
     FileHandle.standardError.write(Data("\(usage)\n".utf8))
     exit(2)
 }
@@ -59,11 +63,31 @@ var configuration = try PostgresCoalescerConfiguration(url: url)
 configuration.table = options["table"] ?? configuration.table
 configuration.whenDatabaseUnavailable = options["when-unavailable"] == "fail" ? .fail : .runLocally
 let coalescer = try PostgresCoalescer<String>(configuration: configuration, logger: logger)
+/// Writes a line unbuffered: the tests read it while the probe may still run, or after it was killed.
+func say(_ line: String) { FileHandle.standardOutput.write(Data("\(line)\n".utf8)) }
+
+if let start = options["load-start"].flatMap(Double.init) {
+    let number = { (name: String) in Int(options[name] ?? "") ?? 0 }
+    let load = FleetLoad(
+        start: Date(timeIntervalSince1970: start / 1000), bursts: number("bursts"), callers: number("callers"),
+        interval: .milliseconds(number("interval-ms")), work: .milliseconds(number("work-ms")), runsFile: runsFile)
+    if options["per-process"] != nil {
+        let local = InFlightTaskCoalescer<String, String>()
+        try await load.run({ try await local.value(key: $0, operation: $1) }, ranHere: { local.statistics.workStarted })
+    } else {
+        try await load.run(
+            { try await coalescer.value(key: $0, operation: $1) }, ranHere: { coalescer.statistics.runsHere })
+    }
+    say("statistics: \(coalescer.statistics)")
+    exit(0)
+}
+guard let key = options["key"] else {
+    FileHandle.standardError.write(Data("\(usage)\n".utf8))
+    exit(2)
+}
 let gate = options["gate"].flatMap(Int64.init)
 let timeout = options["timeout-ms"].flatMap(Int.init).map { Duration.milliseconds($0) }
 let pid = ProcessInfo.processInfo.processIdentifier
-/// Writes a line unbuffered: the tests read it while the probe may still run, or after it was killed.
-func say(_ line: String) { FileHandle.standardOutput.write(Data("\(line)\n".utf8)) }
 say("ready \(pid)")
 let work = { @Sendable [configuration, logger] in
     Probe.appendLine("\(pid) \(key)", to: runsFile)

@@ -23,17 +23,39 @@ final class InstanceControlsTests: XCTestCase {
     /// Starts work for `key` on `leader` that waits at `gate`, and returns its caller's task once
     /// the work has started.
     private func lead(
-        _ leader: PostgresCoalescer<String>, key: String, gate: WorkGate, value: String = "leader's",
-        whenAbandoned: AbandonedWorkPolicy = .cancel, timeout: Duration? = nil
+        _ leader: PostgresCoalescer<String>, key: String, gate: WorkGate, whenAbandoned: AbandonedWorkPolicy = .cancel,
+        work: @escaping @Sendable () async throws -> String = { "leader's" }
     ) async throws -> Task<String, any Error> {
         let task = Task {
-            try await leader.value(key: key, timeout: timeout, whenAbandoned: whenAbandoned) {
+            try await leader.value(key: key, whenAbandoned: whenAbandoned) {
                 try await gate.pass()
-                return value
+                return try await work()
             }
         }
         try await gate.reached.wait()
         return task
+    }
+
+    private struct Standoff {
+        let first: PostgresCoalescer<String>
+        let second: PostgresCoalescer<String>
+        let gate: WorkGate
+        let leader: Task<String, any Error>
+        let waiting: Task<String, any Error>
+    }
+
+    /// `first` runs the work for "k" and holds it at a gate; `second` waits for the key's lock.
+    private func standoff(
+        _ name: String, whenAbandoned: AbandonedWorkPolicy = .cancel,
+        configure: (inout PostgresCoalescerConfiguration) -> Void = { _ in },
+        work: @escaping @Sendable () async throws -> String = { "leader's" }
+    ) async throws -> Standoff {
+        let (first, second) = try instances(name, configure: configure)
+        let gate = WorkGate()
+        let leader = try await lead(first, key: "k", gate: gate, whenAbandoned: whenAbandoned, work: work)
+        let waiting = Task { try await second.value(key: "k") { "second's" } }
+        try await waitForSteps(1)
+        return Standoff(first: first, second: second, gate: gate, leader: leader, waiting: waiting)
     }
 
     private func waitForSteps(_ count: Int) async throws {
@@ -46,18 +68,14 @@ final class InstanceControlsTests: XCTestCase {
 
     // Guarantee 28.
     func testAnInstanceThatJoinsAnotherInstancesWorkGetsItsValueWithoutRunningAndCountsIt() async throws {
-        let (first, second) = try instances("join")
-        let gate = WorkGate()
-        let leader = try await lead(first, key: "k", gate: gate)
-        let joiner = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        gate.release.open()
-        let leaderValue = try await leader.value
-        let joinerValue = try await joiner.value
+        let standoff = try await standoff("join")
+        standoff.gate.release.open()
+        let leaderValue = try await standoff.leader.value
+        let joinerValue = try await standoff.waiting.value
         XCTAssertEqual([leaderValue, joinerValue], ["leader's", "leader's"])
-        XCTAssertEqual(first.statistics.runsHere, 1)
-        XCTAssertEqual(second.statistics.runsHere, 0)
-        XCTAssertEqual(second.statistics.servedFromAnotherProcess, 1)
+        XCTAssertEqual(standoff.first.statistics.runsHere, 1)
+        XCTAssertEqual(standoff.second.statistics.runsHere, 0)
+        XCTAssertEqual(standoff.second.statistics.servedFromAnotherProcess, 1)
     }
 
     // Guarantee 28: coalescing is not caching.
@@ -82,7 +100,7 @@ final class InstanceControlsTests: XCTestCase {
             throw XCTSkip("no two keys of 300,000 share a hash")
         }
         let gate = WorkGate()
-        let leader = try await lead(first, key: one, gate: gate, value: "value of \(one)")
+        let leader = try await lead(first, key: one, gate: gate) { "value of \(one)" }
         let otherKey = Task { try await second.value(key: other) { "value of \(other)" } }
         try await waitForSteps(1)  // the collision serialises: the other key waits for the lock
         gate.release.open()
@@ -95,68 +113,47 @@ final class InstanceControlsTests: XCTestCase {
 
     // Guarantee 31.
     func testACallersTimeoutWhileAnotherInstanceLeadsEndsOnlyThatCaller() async throws {
-        let (first, second) = try instances("timeout")
-        let gate = WorkGate()
-        let leader = try await lead(first, key: "k", gate: gate)
-        let patient = Task { try await second.value(key: "k") { "second's" } }
-        let hasty = Task { try await second.value(key: "k", timeout: .milliseconds(100)) { "second's" } }
+        let standoff = try await standoff("timeout")
+        let hasty = Task { try await standoff.second.value(key: "k", timeout: .milliseconds(100)) { "second's" } }
         await XCTAssertThrowsCoalescingError(.timedOut, try await hasty.value)
-        gate.release.open()
-        let leaderValue = try await leader.value
-        let patientValue = try await patient.value
+        standoff.gate.release.open()
+        let leaderValue = try await standoff.leader.value
+        let patientValue = try await standoff.waiting.value
         XCTAssertEqual([leaderValue, patientValue], ["leader's", "leader's"])
-        XCTAssertEqual(second.statistics.local.callersTimedOut, 1)
+        XCTAssertEqual(standoff.second.statistics.local.callersTimedOut, 1)
     }
 
     // Guarantees 30 and 31.
     func testWorkAbandonedByItsLastCallerIsTakenOverByAWaitingInstance() async throws {
-        let (first, second) = try instances("abandoned")
-        let gate = WorkGate()
-        let leader = try await lead(first, key: "k", gate: gate)
-        let waiting = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        leader.cancel()
-        let value = try await waiting.value
+        let standoff = try await standoff("abandoned")
+        standoff.leader.cancel()
+        let value = try await standoff.waiting.value
         XCTAssertEqual(value, "second's")
-        XCTAssertEqual(second.statistics.takeOvers, 1)
-        XCTAssertEqual(first.statistics.local.workCancelled, 1)
+        XCTAssertEqual(standoff.second.statistics.takeOvers, 1)
+        XCTAssertEqual(standoff.first.statistics.local.workCancelled, 1)
     }
 
     // Guarantee 31.
     func testWorkThatRunsToCompletionWhenAbandonedStillServesTheOtherInstance() async throws {
-        let (first, second) = try instances("completion")
-        let gate = WorkGate()
-        let leader = try await lead(first, key: "k", gate: gate, whenAbandoned: .runToCompletion)
-        let waiting = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        leader.cancel()
-        gate.release.open()
-        let value = try await waiting.value
+        let standoff = try await standoff("completion", whenAbandoned: .runToCompletion)
+        standoff.leader.cancel()
+        standoff.gate.release.open()
+        let value = try await standoff.waiting.value
         XCTAssertEqual(value, "leader's")
-        XCTAssertEqual(second.statistics.servedFromAnotherProcess, 1)
+        XCTAssertEqual(standoff.second.statistics.servedFromAnotherProcess, 1)
     }
 
     // Guarantee 32.
     func testAnErrorCrossesToTheOtherInstanceAsItsDescription() async throws {
         struct UpstreamDown: Error, CustomStringConvertible { var description: String { "upstream down" } }
-        let (first, second) = try instances("error")
-        let gate = WorkGate()
-        let leader = Task {
-            try await first.value(key: "k") {
-                try await gate.pass()
-                throw UpstreamDown()
-            }
-        }
-        try await gate.reached.wait()
-        let waiting = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        gate.release.open()
+        let standoff = try await standoff("error", work: { throw UpstreamDown() })
+        standoff.gate.release.open()
         do {
-            _ = try await leader.value
+            _ = try await standoff.leader.value
             XCTFail("the leader's caller got a value")
         } catch { XCTAssertTrue(error is UpstreamDown) }
         do {
-            _ = try await waiting.value
+            _ = try await standoff.waiting.value
             XCTFail("the waiting instance got a value")
         } catch {
             XCTAssertEqual(error as? CoalescingPostgresError, .failedInAnotherProcess("upstream down"))
@@ -165,22 +162,18 @@ final class InstanceControlsTests: XCTestCase {
 
     // Guarantee 33.
     func testAValueTooLargeToPublishReachesItsOwnInstanceAndAClearErrorElsewhere() async throws {
-        let (first, second) = try instances("large") { $0.maximumValueBytes = 16 }
-        let gate = WorkGate()
         let large = String(repeating: "x", count: 100)
-        let leader = try await lead(first, key: "k", gate: gate, value: large)
-        let waiting = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        gate.release.open()
-        let leaderValue = try await leader.value
+        let standoff = try await standoff("large", configure: { $0.maximumValueBytes = 16 }) { large }
+        standoff.gate.release.open()
+        let leaderValue = try await standoff.leader.value
         XCTAssertEqual(leaderValue, large)
         do {
-            _ = try await waiting.value
+            _ = try await standoff.waiting.value
             XCTFail("the waiting instance got a value")
         } catch {
             XCTAssertEqual(error as? CoalescingPostgresError, .valueTooLarge(bytes: 102, limit: 16))
         }
-        XCTAssertEqual(first.statistics.valuesTooLarge, 1)
+        XCTAssertEqual(standoff.first.statistics.valuesTooLarge, 1)
     }
 
     // Guarantee 35.
@@ -199,15 +192,11 @@ final class InstanceControlsTests: XCTestCase {
 
     // Guarantee 35.
     func testCancelActsOnThisInstanceOnly() async throws {
-        let (first, second) = try instances("cancel")
-        let gate = WorkGate()
-        let leader = try await lead(first, key: "k", gate: gate)
-        let waiting = Task { try await second.value(key: "k") { "second's" } }
-        try await waitForSteps(1)
-        XCTAssertTrue(second.cancel(key: "k"))
-        await XCTAssertThrowsCoalescingError(.cancelled, try await waiting.value)
-        gate.release.open()
-        let value = try await leader.value
+        let standoff = try await standoff("cancel")
+        XCTAssertTrue(standoff.second.cancel(key: "k"))
+        await XCTAssertThrowsCoalescingError(.cancelled, try await standoff.waiting.value)
+        standoff.gate.release.open()
+        let value = try await standoff.leader.value
         XCTAssertEqual(value, "leader's")
     }
 
