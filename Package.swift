@@ -89,6 +89,7 @@ var postgresTargets: [Target] {
                 "CoalescingPostgres", "CoalescingOperations", "TestSupport", "coalescing-postgres-probe",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
             ]
         ),
     ]

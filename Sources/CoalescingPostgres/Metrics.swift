@@ -23,15 +23,23 @@ public struct PostgresCoalescingMetrics: Sendable {
     ///
     /// - Parameters:
     ///   - prefix: The start of every metric's label.
+    ///   - factory: The metrics backend; the one bootstrapped in `MetricsSystem` by default.
     ///   - dimensions: Added to every metric, such as the coalescer's name.
-    public init(prefix: String = "coalescing_postgres", dimensions: [(String, String)] = []) {
-        ranHere = Counter(label: "\(prefix)_runs_total", dimensions: dimensions + [("took_over", "false")])
-        tookOver = Counter(label: "\(prefix)_runs_total", dimensions: dimensions + [("took_over", "true")])
-        served = Counter(label: "\(prefix)_served_from_another_instance_total", dimensions: dimensions)
-        joinWait = Timer(label: "\(prefix)_join_wait_seconds", dimensions: dimensions)
-        failures = Counter(label: "\(prefix)_failures_from_another_instance_total", dimensions: dimensions)
-        unavailable = Counter(label: "\(prefix)_database_unavailable_total", dimensions: dimensions)
-        publishFailures = Counter(label: "\(prefix)_publish_failures_total", dimensions: dimensions)
+    public init(
+        prefix: String = "coalescing_postgres", factory: any MetricsFactory = MetricsSystem.factory,
+        dimensions: [(String, String)] = []
+    ) {
+        ranHere = Counter(
+            label: "\(prefix)_runs_total", dimensions: dimensions + [("took_over", "false")], factory: factory)
+        tookOver = Counter(
+            label: "\(prefix)_runs_total", dimensions: dimensions + [("took_over", "true")], factory: factory)
+        served = Counter(
+            label: "\(prefix)_served_from_another_instance_total", dimensions: dimensions, factory: factory)
+        joinWait = Timer(label: "\(prefix)_join_wait_seconds", dimensions: dimensions, factory: factory)
+        failures = Counter(
+            label: "\(prefix)_failures_from_another_instance_total", dimensions: dimensions, factory: factory)
+        unavailable = Counter(label: "\(prefix)_database_unavailable_total", dimensions: dimensions, factory: factory)
+        publishFailures = Counter(label: "\(prefix)_publish_failures_total", dimensions: dimensions, factory: factory)
     }
 
     /// Counts one event; events of the in-process coalescer are left to `CoalescingMetrics`.
