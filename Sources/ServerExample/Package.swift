@@ -8,11 +8,13 @@ let package = Package(
     name: "ServerExample",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "profile-server", targets: ["profile-server"])
+        .executable(name: "profile-server", targets: ["profile-server"]),
+        .executable(name: "profile-fleet", targets: ["profile-fleet"]),
     ],
     dependencies: [
         // The library and its integrations, named so that nothing depends on the checkout's folder.
-        .package(name: "CoalescingOperations", path: "../.."),
+        // With the trait `Postgres`, for the fleet mode (profile-fleet, issue 29).
+        .package(name: "CoalescingOperations", path: "../..", traits: ["Postgres"]),
         .package(name: "CoalescingIntegrations", path: "../Integrations"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
@@ -57,6 +59,19 @@ let package = Package(
         ),
         // Runs the upstream and the server on loopback, to try with curl.
         .executableTarget(name: "profile-server", dependencies: ["ProfileServer", "ProfileUpstream", "ServerSupport"]),
+        // The fleet mode (issue 29): the upstream alone, or one server instance of a fleet that
+        // coalesces across processes through PostgreSQL; Benchmarks/Scripts/server-fleet-load.py
+        // runs 4 of them on one upstream.
+        .executableTarget(
+            name: "profile-fleet",
+            dependencies: [
+                "ProfileServer", "ProfileUpstream", "ServerSupport",
+                .product(name: "CoalescingPostgres", package: "CoalescingOperations"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
 
         .testTarget(
             name: "ProfileServerTests",
