@@ -60,10 +60,10 @@ let package = Package(
     products: [
         .library(name: "CoalescingOperations", targets: ["CoalescingOperations"]),
         .executable(name: "coalescing-demo", targets: ["coalescing-demo"]),
-    ] + bridges.map { .library(name: $0.module, targets: [$0.module]) },
-    traits: Set(bridges.map { .trait(name: $0.trait, description: $0.summary) } + [.default(enabledTraits: [])]),
-    dependencies: bridges.map { .package(url: $0.url, from: $0.from) },
-    targets: [
+    ] + bridges.map { .library(name: $0.module, targets: [$0.module]) } + postgresProducts,
+    traits: Set(bridges.map { .trait(name: $0.trait, description: $0.summary) } + [postgresTrait, .default(enabledTraits: [])]),
+    dependencies: bridges.map { .package(url: $0.url, from: $0.from) } + postgresDependencies,
+    targets: postgresTargets + [
         // The library: no dependencies.
         .target(name: "CoalescingOperations"),
 
@@ -99,3 +99,48 @@ let package = Package(
     ] + bridges.flatMap(\.targets),
     swiftLanguageModes: [.v6]
 )
+
+// MARK: - Postgres (issue 29): cross-process coalescing over PostgreSQL, behind the trait `Postgres`.
+// With the trait off, no target below links a database package, so a consumer resolves nothing.
+
+var postgresProducts: [Product] {
+    [
+        .library(name: "CoalescingPostgres", targets: ["CoalescingPostgres"]),
+        .executable(name: "coalescing-postgres-probe", targets: ["coalescing-postgres-probe"]),
+    ]
+}
+
+var postgresTrait: Trait {
+    .trait(name: "Postgres", description: "CoalescingPostgres: one run per key across processes, over PostgreSQL.")
+}
+
+/// swift-log and swift-metrics come with the bridges' block; with `Metrics` on as well, the
+/// Postgres coalescer counts into swift-metrics.
+var postgresDependencies: [Package.Dependency] {
+    [.package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2")]
+}
+
+var postgresTargets: [Target] {
+    [
+        .target(
+            name: "CoalescingPostgres",
+            dependencies: [
+                "CoalescingOperations",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
+                .product(name: "Metrics", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+            ]
+        ),
+        // The helper the multi-process tests start N times; with the trait off, a stub that says so.
+        .executableTarget(name: "coalescing-postgres-probe", dependencies: ["CoalescingPostgres"]),
+        .testTarget(
+            name: "CoalescingPostgresTests",
+            dependencies: [
+                "CoalescingPostgres", "CoalescingOperations", "TestSupport", "coalescing-postgres-probe",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+            ]
+        ),
+    ]
+}

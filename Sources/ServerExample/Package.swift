@@ -8,12 +8,14 @@ let package = Package(
     name: "ServerExample",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "profile-server", targets: ["profile-server"])
+        .executable(name: "profile-server", targets: ["profile-server"]),
+        .executable(name: "profile-fleet", targets: ["profile-fleet"]),
     ],
     dependencies: [
-        // The library with the three bridges it uses, each enabled by its trait; named, so that the
-        // products below do not depend on the folder the checkout is in.
-        .package(name: "CoalescingOperations", path: "../..", traits: ["Metrics", "Tracing", "Logging"]),
+        // The library with the three bridges it uses and the Postgres coalescer (for the fleet mode,
+        // profile-fleet), each enabled by its trait; named, so that the products below do not depend
+        // on the folder the checkout is in.
+        .package(name: "CoalescingOperations", path: "../..", traits: ["Metrics", "Tracing", "Logging", "Postgres"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -57,6 +59,19 @@ let package = Package(
         ),
         // Runs the upstream and the server on loopback, to try with curl.
         .executableTarget(name: "profile-server", dependencies: ["ProfileServer", "ProfileUpstream", "ServerSupport"]),
+        // The fleet mode (issue 29): the upstream alone, or one server instance of a fleet that
+        // coalesces across processes through PostgreSQL; Benchmarks/Scripts/server-fleet-load.py
+        // runs 4 of them on one upstream.
+        .executableTarget(
+            name: "profile-fleet",
+            dependencies: [
+                "ProfileServer", "ProfileUpstream", "ServerSupport",
+                .product(name: "CoalescingPostgres", package: "CoalescingOperations"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
 
         .testTarget(
             name: "ProfileServerTests",
