@@ -68,7 +68,9 @@ extension CoalescibleOperation {
         switch link.withLock({ $0 }) {
         case .runs(let engine, let work): return engine.join(operation, to: work)
         case .fresh:
-            guard let work = Engine.adopting(self), case .runs(let engine, _) = link.withLock({ $0 }) else { return false }
+            guard let work = Engine.adopting(self), case .runs(let engine, _) = link.withLock({ $0 }) else {
+                return false
+            }
             return engine.join(operation, to: work)
         case .alone, .rides, .ended: return false
         }

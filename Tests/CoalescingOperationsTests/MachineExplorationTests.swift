@@ -24,7 +24,8 @@ final class MachineExplorationTests: XCTestCase {
         // (a report after the end is ignored, so this covers none too), then succeeds, or fails for
         // every other plan. Two reports are explored with a single caller.
         let scenarios = CallerPlan.upToTwo.enumerated().map { index, plans in
-            Scenario(plans: plans, reports: plans.count == 1 ? 2 : 1, fails: index % 2 == 1, control: nil, policy: .cancel)
+            Scenario(
+                plans: plans, reports: plans.count == 1 ? 2 : 1, fails: index % 2 == 1, control: nil, policy: .cancel)
         }
         explore(scenarios, name: "one or two callers")
     }
@@ -42,7 +43,9 @@ final class MachineExplorationTests: XCTestCase {
             let controlled = Control.allCases.map {
                 Scenario(plans: plans, reports: 1, fails: false, control: $0, policy: .cancel)
             }
-            return controlled + [Scenario(plans: plans, reports: 1, fails: false, control: nil, policy: .runToCompletion)]
+            return controlled + [
+                Scenario(plans: plans, reports: 1, fails: false, control: nil, policy: .runToCompletion)
+            ]
         }
         explore(scenarios, name: "controls and policies")
     }
@@ -70,8 +73,9 @@ final class MachineExplorationTests: XCTestCase {
                 return XCTFail("\(name): \(failure)")
             }
         }
-        print("MachineExplorationTests, \(name): \(scenarios.count) scenarios, \(explorer.distinct) distinct states, "
-            + "\(explorer.steps) steps, \(ContinuousClock.now - start)")
+        print(
+            "MachineExplorationTests, \(name): \(scenarios.count) scenarios, \(explorer.distinct) distinct states, "
+                + "\(explorer.steps) steps, \(ContinuousClock.now - start)")
         XCTAssertGreaterThan(explorer.distinct, 1_000)
     }
 }
@@ -238,7 +242,8 @@ private final class World {
             } else {
                 let runner = CoalescibleOperation<Int>(identifier: "k")
                 works.append(
-                    Work(key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, timed: false))
+                    Work(key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, timed: false)
+                )
                 settled.append(false)
                 work = works.count - 1
                 machine.start(works[work])
@@ -405,17 +410,24 @@ private final class World {
         }
         let indexed = machine.index["k"]
         if indexed !== expectedIndexed.map({ works[$0] }) {
-            fail("the index holds \(indexed.map { w in works.firstIndex { $0 === w }! }.map(String.init) ?? "nothing")"
-                + " instead of \(expectedIndexed.map(String.init) ?? "nothing") (Guarantees 7 and 16)")
+            fail(
+                "the index holds \(indexed.map { w in works.firstIndex { $0 === w }! }.map(String.init) ?? "nothing")"
+                    + " instead of \(expectedIndexed.map(String.init) ?? "nothing") (Guarantees 7 and 16)")
         }
         for (index, work) in works.enumerated() {
             guard case .running = work.phase else { continue }
-            let waiting = callers.indices.filter { callers[$0].work == index && work.callers.entries[callers[$0].slot].waits }
+            let waiting = callers.indices.filter {
+                callers[$0].work == index && work.callers.entries[callers[$0].slot].waits
+            }
             let expected = waiting.reduce(Self.floor) { $0.raised(to: urgency(of: $1)) }
             if work.priority.target != expected {
-                fail("work \(index) asks \(work.priority.target) where its waiting callers \(waiting) ask \(expected) (Guarantee 19)")
+                fail(
+                    "work \(index) asks \(work.priority.target) where its waiting callers \(waiting) ask \(expected) (Guarantee 19)"
+                )
             }
-            if work.live != waiting.count { fail("work \(index) counts \(work.live) callers, \(waiting.count) wait (Guarantee 21)") }
+            if work.live != waiting.count {
+                fail("work \(index) counts \(work.live) callers, \(waiting.count) wait (Guarantee 21)")
+            }
         }
         guard enabled.isEmpty else { return }
         for (i, record) in callers.enumerated() where record.lastCalls != 1 {
@@ -536,7 +548,8 @@ private struct Explorer {
         while let (world, path) = stack.popLast() {
             if let failure = world.failure {
                 let trace = (["caller 0 arrives"] + path.map(\.description)).enumerated().map { "  \($0 + 1). \($1)" }
-                return "\(failure)\nwith callers \(scenario.plans.map(\.description).joined(separator: "; ")), reports \(scenario.reports), "
+                return
+                    "\(failure)\nwith callers \(scenario.plans.map(\.description).joined(separator: "; ")), reports \(scenario.reports), "
                     + "control \(scenario.control.map { "\($0)" } ?? "none"), policy \(scenario.policy), after:\n"
                     + trace.joined(separator: "\n")
             }

@@ -105,15 +105,15 @@ import Foundation
             let joined = machine.join(work, caller, asking: nil, watching: sink)
             // Created under the lock, so that its end cannot overtake this arrival.
             work.runner = .task(
-                    startTask(for: work, name: name, priority: startPriority) { [self] in
-                        let result: Result<Value, Error>
-                        do {
-                            result = .success(try await operation())
-                        } catch {
-                            result = .failure(error)
-                        }
-                        end(work, with: result)
-                    })
+                startTask(for: work, name: name, priority: startPriority) { [self] in
+                    let result: Result<Value, Error>
+                    do {
+                        result = .success(try await operation())
+                    } catch {
+                        result = .failure(error)
+                    }
+                    end(work, with: result)
+                })
             return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true))
         }
         follow(entry, timeout: timeout, sink: sink)
@@ -196,12 +196,16 @@ import Foundation
     /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
     /// are collected (joined operations finish), the operation that ran the work finishes, then
     /// the callers hear.
-    @usableFromInline func settle<Value>(_ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>) {
+    @usableFromInline func settle<Value>(
+        _ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>
+    ) {
         guard observer != nil else { return serve(work, decided.runner, with: result) }
         deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
     }
 
-    @usableFromInline func serve<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>) {
+    @usableFromInline func serve<Value>(
+        _ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>
+    ) {
         let settled = state.withLock { $0.settle(work, with: result) }
         var delivery = Delivery<Value>()
         delivery.add(settled.callers)

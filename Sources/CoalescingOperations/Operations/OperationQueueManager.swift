@@ -352,7 +352,9 @@ public final class OperationQueueManager: Sendable {
         /// Whether the operation must be added to the queue.
         @usableFromInline var queued = false
 
-        @inlinable init(_ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Engine<OperationKey>.Entry<Value>? = nil) {
+        @inlinable init(
+            _ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Engine<OperationKey>.Entry<Value>? = nil
+        ) {
             (self.admission, self.entry) = (admission, entry)
         }
     }

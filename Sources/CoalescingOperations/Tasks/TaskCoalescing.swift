@@ -8,7 +8,8 @@ extension Engine {
     /// nobody's in particular. It keeps the starting priority, raised as callers join, and reports
     /// its progress through ``ProgressReporter/current``.
     @usableFromInline func startTask<Value>(
-        for work: Work<Key, Value>, name: String?, priority: TaskPriority, operation: @escaping @Sendable () async -> Void
+        for work: Work<Key, Value>, name: String?, priority: TaskPriority,
+        operation: @escaping @Sendable () async -> Void
     ) -> Task<Void, Never> {
         let reporter = ProgressReporter(work: work.number) { [self] in report($0, for: work) }
         let operation = { @Sendable in await ProgressReporter.$bound.withValue(reporter, operation: operation) }
