@@ -28,7 +28,7 @@ import CoreMetrics
 /// | `coalescing_work_duration` | timer | `outcome` |
 ///
 /// Runs saved by coalescing are `callers_joined_total`: every caller that joined work in flight
-/// instead of starting its own, the same count as `CoalescingStatistics.callersSaved`.
+/// instead of starting its own, the same count as `CoalescingStatistics.callersJoined`.
 public struct CoalescingMetrics: Sendable {
     private let workStarted: Counter
     private let callersJoined: Counter

@@ -85,7 +85,7 @@ final class Coalescers: @unchecked Sendable {
             callersWithdrawn += statistics.callersWithdrawn
             callersTimedOut += statistics.callersTimedOut
             callersServed += statistics.callersServed
-            callersSaved += statistics.callersSaved
+            callersSaved += statistics.callersJoined
         }
     }
 }

@@ -40,7 +40,7 @@ struct LaunchSummary {
         failed = coalescers.callersServed(.failed)
         cancelled = coalescers.callersServed(.cancelled) + statistics.callersWithdrawn + statistics.callersTimedOut
         workRun = statistics.workStarted
-        requestsSaved = statistics.callersSaved + fromPrefetch
+        requestsSaved = statistics.callersJoined + fromPrefetch
 
         for (caller, request, outcome) in tally.callerOutcomes {
             if case .failed(let reason, _) = outcome {

@@ -39,7 +39,7 @@ final class CoalescingMetricsTests: XCTestCase {
         )
         XCTAssertEqual(try metrics.expectMeter("coalescing_work_in_flight", dimensions).lastValue, 0)
         XCTAssertEqual(
-            Int64(coalescer.statistics.callersSaved), try total("coalescing_callers_joined_total"),
+            Int64(coalescer.statistics.callersJoined), try total("coalescing_callers_joined_total"),
             "runs saved are the callers that joined (Guarantee 21)")
     }
 

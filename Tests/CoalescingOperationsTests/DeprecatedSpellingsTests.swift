@@ -21,6 +21,18 @@ final class DeprecatedSpellingsTests: XCTestCase {
 @available(*, deprecated, message: "tests the deprecated spellings, which it uses on purpose")
 extension DeprecatedSpellingsTests {
 
+    // MARK: Guarantee 21: callersSaved, deprecated, is callersJoined
+
+    func testCallersSavedIsTheNumberOfCallersThatJoined() {
+        let manager = OperationQueueManager(queue: Queues.concurrent("work", suspended: true))
+        for _ in 0..<3 {
+            manager.enqueue(identifier: "k", makeOperation: { CoalescibleOperation<Int>(identifier: "k") }) { _ in }
+        }
+        XCTAssertEqual(manager.statistics.callersSaved, 2)
+        XCTAssertEqual(manager.statistics.callersSaved, manager.statistics.callersJoined)
+        manager.cancelAll()
+    }
+
     // MARK: Guarantee 10: enqueue(_:) never adds an operation twice, nor one already run
 
     func testTheDeprecatedEnqueueIgnoresACoalescibleOperationAlreadyEnqueuedOrFinished() {

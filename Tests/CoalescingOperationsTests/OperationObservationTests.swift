@@ -71,7 +71,7 @@ final class OperationObservationTests: XCTestCase {
         XCTAssertEqual(statistics.workFailed, 1)
         XCTAssertEqual(statistics.workInFlight, 0)
         XCTAssertEqual(statistics.callersArrived, 4)
-        XCTAssertEqual(statistics.callersSaved, 2, "each caller that joined spared a run, served or not")
+        XCTAssertEqual(statistics.callersJoined, 2, "each caller that joined spared a run, served or not")
     }
 
     func testTheObserverSeesEachStepOnceInTheOrderItHappened() {

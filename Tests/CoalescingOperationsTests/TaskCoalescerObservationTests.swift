@@ -84,7 +84,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
         XCTAssertEqual(coalescer.statistics, expected, "\(coalescer.statistics)")
         XCTAssertEqual(coalescer.statistics.workInFlight, 0)
         XCTAssertEqual(
-            coalescer.statistics.callersSaved, 3, "each caller that joined spared a run, served or not")
+            coalescer.statistics.callersJoined, 3, "each caller that joined spared a run, served or not")
     }
 
     func testAConsumerTakingAPrefetchedResultCountsAsACallerServedByThePrefetch() async throws {
@@ -97,7 +97,7 @@ final class TaskCoalescerObservationTests: XCTestCase {
         XCTAssertEqual(statistics.workStarted, 1)
         XCTAssertEqual(statistics.callersJoined, 1)
         XCTAssertEqual(statistics.callersServed, 2)
-        XCTAssertEqual(statistics.callersSaved, 1, "the consumer was spared a run")
+        XCTAssertEqual(statistics.callersJoined, 1, "the consumer was spared a run")
     }
 
     func testStatisticsAreExactUnderConcurrentCallers() async throws {

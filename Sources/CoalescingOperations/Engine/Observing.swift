@@ -41,8 +41,8 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
     /// Work started and not yet ended.
     public var workInFlight: Int { workStarted - workEnded }
 
-    /// Runs of the work that coalescing spared: every caller that joined work in flight instead
-    /// of starting its own. Never negative.
+    /// Runs of the work that coalescing spared: the same number as ``callersJoined``.
+    @available(*, deprecated, renamed: "callersJoined", message: "the same number as callersJoined")
     public var callersSaved: Int { callersJoined }
 
     /// Counts work starting, and returns its number: 1 for the first.
@@ -80,7 +80,7 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
         "work started \(workStarted), in flight \(workInFlight), succeeded \(workSucceeded), failed \(workFailed), "
             + "cancelled \(workCancelled); callers arrived \(callersArrived), joined \(callersJoined), "
             + "served \(callersServed), "
-            + "withdrawn \(callersWithdrawn), timed out \(callersTimedOut); saved \(callersSaved)"
+            + "withdrawn \(callersWithdrawn), timed out \(callersTimedOut)"
     }
 }
 

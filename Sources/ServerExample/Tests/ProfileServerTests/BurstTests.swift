@@ -17,7 +17,7 @@ final class BurstTests: XCTestCase {
         XCTAssertEqual(answers.filter { $0.status == 200 && $0.profile == ada }.count, 50)
         XCTAssertEqual(harness.upstream.counts.value.started, 1)
         try await harness.seen.wait { $0.ended == 1 }  // a client can read its answer first
-        XCTAssertEqual(harness.loader.statistics.callersSaved, 49)
+        XCTAssertEqual(harness.loader.statistics.callersJoined, 49)
 
         harness.upstream.hold()
         let next = try await harness.burst(10, of: "/profiles/ada", arrivedBefore: 50)
