@@ -297,8 +297,8 @@ private final class World {
             for caller in settled.callers.entries {
                 tell(caller, result, work: work)
             }
-            for (continuation, owed) in settled.held {
-                tell(.parked(continuation, consumes: false), owed, work: work)
+            for owed in settled.held {
+                tell(owed.caller, owed.result, work: work)
             }
         case .call(let i):
             callers[i].inCall = false
@@ -467,11 +467,14 @@ private final class World {
             for caller in work.callers.entries {
                 Self.combine(caller, into: &h)
             }
+            for (slot, result) in work.owed.sorted(by: { $0.key < $1.key }) {
+                h.combine([slot, Self.code(result)])
+            }
             for (slot, call) in work.calls.sorted(by: { $0.key < $1.key }) {
                 h.combine([slot, Int(call.latest?.completed ?? -1), call.busy ? 1 : 0])
-                if let (caller, result) = call.last {
-                    Self.combine(caller, into: &h)
-                    h.combine(Self.code(result))
+                if let last = call.last {
+                    Self.combine(last.caller, into: &h)
+                    h.combine(Self.code(last.result))
                 }
             }
         }
@@ -499,8 +502,8 @@ private final class World {
         case .operation: h.combine(2)
         case .arriving: h.combine(3)
         case .parked(let c, _): h.combine([4, Int(bitPattern: unsafeBitCast(c, to: UInt.self))])
-        case .owed(let r): h.combine([5, code(r)])
-        case .held(let c, let r): h.combine([6, Int(bitPattern: unsafeBitCast(c, to: UInt.self)), code(r)])
+        case .owed: h.combine(5)
+        case .held(let c): h.combine([6, Int(bitPattern: unsafeBitCast(c, to: UInt.self))])
         case .gone: h.combine(7)
         }
     }
@@ -515,8 +518,8 @@ private final class World {
             clone.phase = work.phase
             (clone.live, clone.arrivals, clone.unparked) = (work.live, work.arrivals, work.unparked)
             (clone.isIndexed, clone.isPrefetch, clone.progress) = (work.isIndexed, work.isPrefetch, work.progress)
-            (clone.priority, clone.callers, clone.calls, clone.stored) =
-                (work.priority, work.callers, work.calls, work.stored)
+            (clone.priority, clone.callers, clone.calls, clone.stored, clone.owed) =
+                (work.priority, work.callers, work.calls, work.stored, work.owed)
             return clone
         }
         func cloned(_ work: AnyWork<String>) -> AnyWork<String> {

@@ -184,7 +184,7 @@ import Foundation
 
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that
     /// its `cancel()` does not come back here; cancelled work sees it before anyone hears.
-    @usableFromInline func stop<Value>(_ decided: Decided<Value>) {
+    @inlinable func stop<Value>(_ decided: Decided<Value>) {
         if case .operation(let operation) = decided.runner {
             operation.unlink()
         }
@@ -196,14 +196,14 @@ import Foundation
     /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
     /// are collected (joined operations finish), the operation that ran the work finishes, then
     /// the callers hear.
-    @usableFromInline func settle<Value>(
+    @inlinable func settle<Value>(
         _ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>
     ) {
         guard observer != nil else { return serve(work, decided.runner, with: result) }
         deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
     }
 
-    @usableFromInline func serve<Value>(
+    @inlinable func serve<Value>(
         _ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>
     ) {
         let settled = state.withLock { $0.settle(work, with: result) }
@@ -213,8 +213,8 @@ import Foundation
             operation.resultDecided()
         }
         delivery.deliver(result)
-        for (continuation, owed) in settled.held {
-            continuation.resume(with: owed)
+        for owed in settled.held {
+            owed.caller.tell(owed.result)
         }
     }
 

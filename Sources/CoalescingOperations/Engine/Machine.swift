@@ -118,14 +118,16 @@ import Foundation
             work.unparked -= 1
             work.callers.entries[slot] = .parked(continuation, consumes: consumes)
             return nil
-        case .owed(let result):
+        case .owed:
+            let result = work.owed[slot]!
             if case .deciding = work.phase {
                 // It hears at the settle, after the stop and the events (Guarantees 18 and 22);
                 // still counted as not parked, so that the settle looks at every slot.
-                work.callers.entries[slot] = .held(continuation, result)
+                work.callers.entries[slot] = .held(continuation)
                 return nil
             }
             work.unparked -= 1
+            work.owed[slot] = nil
             work.callers.entries[slot] = .parked(continuation, consumes: false)
             return work.conclude(slot, with: result, droppingProgress: true) != nil ? result : nil
         case .handler, .operation, .parked, .held, .gone:
@@ -162,9 +164,9 @@ import Foundation
             work.calls[slot] = call
             return .progress(progress, call.sink)
         }
-        if let (caller, result) = call.last {
+        if let last = call.last {
             work.calls[slot] = nil
-            return .last(caller, result)
+            return .last(last.caller, last.result)
         }
         call.busy = false
         work.calls[slot] = work.callers.entries[slot].isOpen ? call : nil
@@ -218,11 +220,11 @@ import Foundation
             return settled
         }
         for slot in work.callers.entries.indices {
-            if case .held(let continuation, let own) = work.callers.entries[slot] {
+            if case .held(let continuation) = work.callers.entries[slot], let own = work.owed.removeValue(forKey: slot) {
                 work.unparked -= 1
                 work.callers.entries[slot] = .parked(continuation, consumes: false)
                 if work.conclude(slot, with: own, droppingProgress: true) != nil {
-                    settled.held.append((continuation, own))
+                    settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own))
                 }
             } else if let caller = work.conclude(slot, with: result, droppingProgress: false) {
                 _ = settled.callers.add(caller)
@@ -397,15 +399,16 @@ import Foundation
     case arriving(consumes: Bool)
     /// A task waiting on its continuation.
     case parked(UnsafeContinuation<Value, Error>, consumes: Bool)
-    /// A task that has not parked yet, owed its last call: it hears as it parks.
-    case owed(Result<Value, Error>)
-    /// A task that parked while its work was deciding, owed this result: it hears at the settle.
-    case held(UnsafeContinuation<Value, Error>, Result<Value, Error>)
+    /// A task that has not parked yet, owed its last call (kept in ``Work/owed``, so that a slot
+    /// never grows with `Value`): it hears as it parks.
+    case owed
+    /// A task that parked while its work was deciding, owed its last call: it hears at the settle.
+    case held(UnsafeContinuation<Value, Error>)
     /// Has had its last call, or has it on its way: nothing more reaches it.
     case gone
 
     /// Whether it still waits for its last call.
-    @usableFromInline var isOpen: Bool {
+    @inlinable var isOpen: Bool {
         switch self {
         case .handler, .operation, .arriving, .parked, .held: true
         case .owed, .gone: false
@@ -413,7 +416,7 @@ import Foundation
     }
 
     /// Whether it is a caller, open: everyone but an operation without a handler of its own.
-    @usableFromInline var waits: Bool {
+    @inlinable var waits: Bool {
         switch self {
         case .handler, .arriving, .parked, .held: true
         case .operation(let operation): operation.completionHandler != nil
@@ -429,7 +432,7 @@ import Foundation
     let sink: ProgressSink
     var latest: WorkProgress?
     var busy: Bool
-    var last: (Caller<Value>, Result<Value, Error>)?
+    var last: Owed<Value>?
 }
 
 // MARK: - Actions
@@ -466,9 +469,16 @@ import Foundation
 /// while it was deciding, each with what it is owed.
 @usableFromInline struct Settled<Value: Sendable> {
     @usableFromInline var callers = Callers<Value>()
-    @usableFromInline var held: [(UnsafeContinuation<Value, Error>, Result<Value, Error>)] = []
+    @usableFromInline var held: [Owed<Value>] = []
 
     @inlinable init() {}
+}
+
+/// A caller and the last call it is owed. (A struct, not a tuple: a generic tuple's metadata is
+/// looked up at run time, which cost every new work ~850 instructions.)
+@usableFromInline struct Owed<Value: Sendable> {
+    @usableFromInline let caller: Caller<Value>
+    @usableFromInline let result: Result<Value, Error>
 }
 
 /// What a caller with progress hears next.

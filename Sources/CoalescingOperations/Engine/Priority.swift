@@ -61,7 +61,7 @@ import Foundation
     /// Set when the operation starts: its priority no longer moves.
     @usableFromInline var isFrozen = false
 
-    @usableFromInline init(floor: Urgency, risesOnly: Bool) {
+    @inlinable init(floor: Urgency, risesOnly: Bool) {
         (self.floor, applied, self.risesOnly) = (floor, floor, risesOnly)
     }
 

@@ -26,14 +26,14 @@ import Foundation
     /// What happens when the last caller withdraws.
     @usableFromInline let policy: AbandonedWorkPolicy
     /// When the work started; only read where an observer wants durations.
-    let startedAt: ContinuousClock.Instant?
+    @usableFromInline let startedAt: ContinuousClock.Instant?
     /// The latest progress the work reported, for callers who join later.
     @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
 
     /// The priority: see Priority.swift.
     @usableFromInline @exclusivity(unchecked) var priority: PriorityState
 
-    @usableFromInline init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
+    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
         self.key = key
         self.policy = policy
         priority = PriorityState(floor: floor, risesOnly: risesOnly)
@@ -53,11 +53,12 @@ import Foundation
     @usableFromInline @exclusivity(unchecked) var runner: Runner<Value>
     /// The callers that asked for progress, by slot: empty, and free, when none did.
     @usableFromInline @exclusivity(unchecked) var calls: [Int: Call<Value>] = [:]
+    /// What each task that has not parked yet is owed, by slot.
+    @usableFromInline @exclusivity(unchecked) var owed: [Int: Result<Value, Error>] = [:]
     /// The prefetched value, while the phase is ``Phase/stored(until:)``.
     @usableFromInline @exclusivity(unchecked) var stored: Value?
 
-    @usableFromInline
-    init(key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, timed: Bool) {
+    @inlinable init(key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, timed: Bool) {
         self.runner = runner
         let risesOnly = if case .operation = runner { false } else { true }
         super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, timed: timed)
@@ -83,7 +84,8 @@ import Foundation
         case .owed, .gone, .held:
             return nil
         case .arriving:
-            callers.entries[slot] = .owed(result)
+            callers.entries[slot] = .owed
+            owed[slot] = result
             if droppingProgress {
                 calls[slot]?.latest = nil
             }
@@ -98,7 +100,7 @@ import Foundation
             if droppingProgress {
                 call.latest = nil
             }
-            call.last = (caller, result)
+            call.last = Owed(caller: caller, result: result)
             calls[slot] = call
             return nil
         }

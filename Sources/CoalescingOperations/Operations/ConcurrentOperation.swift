@@ -203,7 +203,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     func reported(_ progress: WorkProgress) {}
 
     /// Foundation's own `cancel()`: sets `isCancelled`.
-    final func cancelInFoundation() {
+    @usableFromInline final func cancelInFoundation() {
         super.cancel()
     }
 }
