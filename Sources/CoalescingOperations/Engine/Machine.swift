@@ -220,7 +220,8 @@ import Foundation
             return settled
         }
         for slot in work.callers.entries.indices {
-            if case .held(let continuation) = work.callers.entries[slot], let own = work.owed.removeValue(forKey: slot) {
+            if case .held(let continuation) = work.callers.entries[slot], let own = work.owed.removeValue(forKey: slot)
+            {
                 work.unparked -= 1
                 work.callers.entries[slot] = .parked(continuation, consumes: false)
                 if work.conclude(slot, with: own, droppingProgress: true) != nil {
