@@ -245,11 +245,13 @@ public final class OperationQueueManager: Sendable {
         isolation: isolated (any Actor)? = #isolation
     ) async throws -> Value {
         try Task.checkCancellation()
+        // Read before arriving: an escalation between arriving and waiting is then not missed.
+        let arrivedAt = Task.currentPriority
         let newcomer = Newcomer<Value>(
             .arriving(consumes: false), sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
         let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
-        return try await engine.wait(for: work, in: slot)
+        return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
@@ -285,12 +287,14 @@ public final class OperationQueueManager: Sendable {
         makeOperation: () -> CoalescibleOperation<Value>
     ) async throws -> Value {
         try Task.checkCancellation()
+        // Read before arriving: an escalation between arriving and waiting is then not missed.
+        let arrivedAt = Task.currentPriority
         let newcomer = Newcomer<Value>(
             .arriving(consumes: false), urgency: priority.map(Urgency.init),
             sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
         let handle = arrive(identifier, newcomer, timeout, makeOperation)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
-        return try await engine.wait(for: work, in: slot)
+        return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
     }
 
     // MARK: Cancelling and forgetting
