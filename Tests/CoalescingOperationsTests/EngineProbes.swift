@@ -22,7 +22,7 @@ extension PrefetchableTaskCoalescer {
     /// A coalescer whose stored results expire by `now`, a clock the test moves by hand.
     convenience init(prefetchTimeout: Duration, now: @escaping @Sendable () -> ContinuousClock.Instant) {
         self.init(prefetchTimeout: prefetchTimeout, stallThreshold: nil)
-        engine.state.withLock { $0.now = now }
+        engine.state.withLock { $0.now = { now() - clockOrigin } }
     }
 
     /// How many callers wait for the work in flight for `key`.
