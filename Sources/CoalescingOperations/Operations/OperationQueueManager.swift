@@ -152,10 +152,9 @@ public final class OperationQueueManager: Sendable {
         progress: (@Sendable (WorkProgress) -> Void)? = nil,
         completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
     ) -> CoalescingHandle<Value> {
-        let newcomer = Newcomer(
-            .handler(completionHandler, queue: callBackQueue), urgency: priority.map(Urgency.init),
-            sink: progress.map { ProgressSink(queue: callBackQueue, onProgress: $0) })
-        return arrive(identifier, newcomer, timeout, makeOperation)
+        return arrive(
+            identifier, .handler(completionHandler, queue: callBackQueue), priority.map(Urgency.init),
+            progress.map { ProgressSink(queue: callBackQueue, onProgress: $0) }, timeout, makeOperation)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and calls
@@ -208,8 +207,8 @@ public final class OperationQueueManager: Sendable {
         let sink = progress.map { progress in
             ProgressSink(queue: nil, onMainActor: true) { value in MainActor.assumeIsolated { progress(value) } }
         }
-        let newcomer = Newcomer(.handler(handler, queue: nil), urgency: priority.map(Urgency.init), sink: sink)
-        return arrive(identifier, newcomer, timeout, makeOperation)
+        return arrive(
+            identifier, .handler(handler, queue: nil), priority.map(Urgency.init), sink, timeout, makeOperation)
     }
 
     // MARK: Awaiting
@@ -289,10 +288,9 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         // Read before arriving: an escalation between arriving and waiting is then not missed.
         let arrivedAt = Task.currentPriority
-        let newcomer = Newcomer<Value>(
-            .arriving(consumes: false), urgency: priority.map(Urgency.init),
-            sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
-        let handle = arrive(identifier, newcomer, timeout, makeOperation)
+        let handle = arrive(
+            identifier, Caller<Value>.arriving(consumes: false), priority.map(Urgency.init),
+            progress.map { ProgressSink(queue: nil, onProgress: $0) }, timeout, makeOperation)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
     }
@@ -363,21 +361,23 @@ public final class OperationQueueManager: Sendable {
         }
     }
 
-    /// Joins `newcomer` to the work in flight for `identifier`, or to the work the operation from
+    /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
     /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
-    /// was cancelled.
+    /// was cancelled. Takes the caller's parts, not a ``Newcomer``: one made on the joining path was
+    /// destroyed through its generic value witnesses, ~60 instructions a join.
     @inlinable @inline(__always) func arrive<Value>(
-        _ identifier: String, _ newcomer: Newcomer<Value>, _ timeout: Duration?,
-        _ makeOperation: () -> CoalescibleOperation<Value>
+        _ identifier: String, _ caller: Caller<Value>, _ urgency: Urgency?, _ sink: ProgressSink?,
+        _ timeout: Duration?, _ makeOperation: () -> CoalescibleOperation<Value>
     ) -> CoalescingHandle<Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
-        if let joined = engine.join(key, newcomer.caller, asking: newcomer.urgency, watching: newcomer.sink) {
-            return launched(nil, Admitted(.joinedWork, joined), timeout: timeout, sink: newcomer.sink)
+        if let joined = engine.join(key, caller, asking: urgency, watching: sink) {
+            return launched(nil, Admitted(.joinedWork, joined), timeout: timeout, sink: sink)
         }
         let operation = makeOperation()
-        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
-        if handle.work == nil, case .handler = newcomer.caller {
-            newcomer.caller.tell(.failure(CoalescingError.cancelled))
+        let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
+        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
+        if handle.work == nil, case .handler = caller {
+            caller.tell(.failure(CoalescingError.cancelled))
         }
         return handle
     }
