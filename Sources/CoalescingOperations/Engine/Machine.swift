@@ -20,14 +20,14 @@ import Foundation
     /// only if it still holds that work.
     @usableFromInline var index: [Key: AnyWork<Key>] = [:]
     /// Forgotten work still in flight, so that cancelling everything reaches it.
-    var forgotten: [ObjectIdentifier: AnyWork<Key>] = [:]
+    @usableFromInline var forgotten: [ObjectIdentifier: AnyWork<Key>] = [:]
     @usableFromInline var statistics = CoalescingStatistics()
     /// Events, and what must wait for them, not yet delivered; nil when nobody observes.
     @usableFromInline var outbox: Outbox<Key>?
     /// How long a prefetched result waits for its consumer; nil where nothing is stored.
-    let prefetchTimeout: Duration?
+    @usableFromInline let prefetchTimeout: Duration?
     /// The clock stored results expire by, as the time since ``clockOrigin``; tests move it by hand.
-    var now: @Sendable () -> Duration = { .now - clockOrigin }
+    @usableFromInline var now: @Sendable () -> Duration = { .now - clockOrigin }
     /// The earliest expiry among stored results, or later; nil when nothing is stored.
     @usableFromInline var nextExpiry: Duration?
 
@@ -109,8 +109,9 @@ import Foundation
     }
 
     /// Event: the caller in `slot`, a task, parks its continuation. Returns the result to resume it
-    /// with at once, if it is owed one and no call to it is on its way.
-    @usableFromInline mutating func park<Value>(
+    /// with at once, if it is owed one and no call to it is on its way. Inlinable, so that it is
+    /// specialized with the wait: unspecialized, every waiter looked its types up at run time.
+    @inlinable mutating func park<Value>(
         _ work: Work<Key, Value>, _ continuation: UnsafeContinuation<Value, Error>, in slot: Int
     ) -> Result<Value, Error>? {
         switch work.callers.entries[slot] {
@@ -177,7 +178,9 @@ import Foundation
 
     /// Event: the work's result is decided (it finished, was cancelled, or was abandoned): counted
     /// and recorded now, handed to the callers at ``settle(_:with:)``. Nil if already decided.
-    @usableFromInline mutating func decide<Value>(
+    /// Inlinable, like ``settle(_:with:)``, so that both are specialized with the end of the work:
+    /// unspecialized, every work's end looked its types up at run time.
+    @inlinable mutating func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
     ) -> Decided<Value>? {
         guard case .running = work.phase else { return nil }
@@ -207,7 +210,7 @@ import Foundation
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
     /// tasks held while the work was deciding with what they are owed; those with a call on its way
     /// hear after it, tasks not parked yet when they park.
-    @usableFromInline mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
+    @inlinable mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Settled<Value>
     {
         if case .deciding = work.phase {
@@ -234,7 +237,7 @@ import Foundation
         return settled
     }
 
-    @usableFromInline mutating func unindex(_ work: AnyWork<Key>) {
+    @inlinable mutating func unindex(_ work: AnyWork<Key>) {
         if work.isIndexed {
             if index[work.key] === work {
                 index[work.key] = nil
@@ -470,6 +473,10 @@ let clockOrigin = ContinuousClock.now
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
+
+    @inlinable init(runner: Runner<Value>, stopping: Bool) {
+        (self.runner, self.stopping) = (runner, stopping)
+    }
 }
 
 /// What settling a work hands out: its callers, served with its result, and tasks that parked
@@ -486,6 +493,10 @@ let clockOrigin = ContinuousClock.now
 @usableFromInline struct Owed<Value: Sendable> {
     @usableFromInline let caller: Caller<Value>
     @usableFromInline let result: Result<Value, Error>
+
+    @inlinable init(caller: Caller<Value>, result: Result<Value, Error>) {
+        (self.caller, self.result) = (caller, result)
+    }
 }
 
 /// What a caller with progress hears next.

@@ -66,7 +66,7 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
     }
 
     /// Counts work ending, and the callers it served.
-    mutating func countEnd(_ outcome: WorkOutcome, served: Int) {
+    @usableFromInline mutating func countEnd(_ outcome: WorkOutcome, served: Int) {
         callersServed += served
         switch outcome {
         case .succeeded: workSucceeded += 1
@@ -93,7 +93,7 @@ public enum WorkOutcome: Sendable, Equatable {
     /// The work was cancelled, directly or because its last caller withdrew.
     case cancelled
 
-    @usableFromInline init<Value>(_ result: Result<Value, Error>) {
+    @inlinable init<Value>(_ result: Result<Value, Error>) {
         switch result {
         case .success: self = .succeeded
         case .failure(let error) where error is CancellationError: self = .cancelled

@@ -173,7 +173,7 @@ import Foundation
     }
 
     /// Whether a consumer of a prefetch still waits: the value is then its, not stored.
-    var hasConsumer: Bool {
+    @usableFromInline var hasConsumer: Bool {
         entries.contains {
             switch $0 {
             case .arriving(consumes: true), .parked(_, consumes: true): true
