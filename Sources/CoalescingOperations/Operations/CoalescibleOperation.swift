@@ -155,12 +155,17 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
         _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
     ) -> Bool {
         link.withLock { link in
-            guard case .fresh = link, case .idle(onQueue: false) = lifecycle.withLock({ $0 }) else {
-                return false
+            guard case .fresh = link else { return false }
+            // Looked at and claimed in one turn of the lifecycle's lock.
+            let claimed = lifecycle.withLock { lifecycle in
+                guard case .idle(onQueue: false) = lifecycle else { return false }
+                lifecycle = .idle(onQueue: queued)
+                return true
             }
-            lifecycle.withLock { $0 = .idle(onQueue: queued) }
-            link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work)
-            return true
+            if claimed {
+                link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work)
+            }
+            return claimed
         }
     }
 
