@@ -239,8 +239,9 @@ import Foundation
 
     @inlinable mutating func unindex(_ work: AnyWork<Key>) {
         if work.isIndexed {
-            if index[work.key] === work {
-                index[work.key] = nil
+            // One lookup, not two: hashing the key is most of what this costs.
+            if let entry = index.index(forKey: work.key), index.values[entry] === work {
+                index.remove(at: entry)
             }
             work.isIndexed = false
         } else {
