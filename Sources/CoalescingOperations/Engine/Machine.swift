@@ -37,9 +37,7 @@ import Foundation
     }
 
     @inlinable mutating func record(_ event: @autoclosure () -> CoalescingEvent<Key>) {
-        if outbox != nil {
-            outbox!.pending.append(.event(event()))
-        }
+        outbox?.pending.append(.event(event()))
     }
 
     // MARK: Arriving
@@ -109,8 +107,8 @@ import Foundation
     }
 
     /// Event: the caller in `slot`, a task, parks its continuation. Returns the result to resume it
-    /// with at once, if it is owed one and no call to it is on its way. Inlinable, so that it is
-    /// specialized with the wait: unspecialized, every waiter looked its types up at run time.
+    /// with at once, if it is owed one and no call to it is on its way. Inlinable: unspecialized, it
+    /// looked its types up at run time for every waiter.
     @inlinable mutating func park<Value>(
         _ work: Work<Key, Value>, _ continuation: UnsafeContinuation<Value, Error>, in slot: Int
     ) -> Result<Value, Error>? {
@@ -178,8 +176,7 @@ import Foundation
 
     /// Event: the work's result is decided (it finished, was cancelled, or was abandoned): counted
     /// and recorded now, handed to the callers at ``settle(_:with:)``. Nil if already decided.
-    /// Inlinable, like ``settle(_:with:)``, so that both are specialized with the end of the work:
-    /// unspecialized, every work's end looked its types up at run time.
+    /// Inlinable, like ``settle(_:with:)``: unspecialized, each looked its types up at every end.
     @inlinable mutating func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
     ) -> Decided<Value>? {
@@ -388,15 +385,9 @@ import Foundation
     case deciding
     /// Its callers were handed the result.
     case ended
-    /// A prefetched value waits for its consumer until `until`, on the clock of
-    /// ``Machine/now`` (the value is kept in ``Work/stored``).
+    /// A prefetched value waits for its consumer until `until` on ``Machine/now`` (kept in ``Work/stored``).
     case stored(until: Duration)
 }
-
-/// The instant the machines' clock counts from. A phase holds a `Duration` rather than the clock's
-/// `Instant`: the instant's layout is resilient, and a phase holding one was read through the
-/// runtime's value witnesses at every event (a handler join ~80 instructions more).
-let clockOrigin = ContinuousClock.now
 
 /// Where one caller of a work stands, in its slot.
 @usableFromInline enum Caller<Value: Sendable> {
