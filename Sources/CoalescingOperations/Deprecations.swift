@@ -26,9 +26,7 @@ extension OperationQueueManager {
         if let coalescible = operation as? any ManagerEnqueueable {
             coalescible.enqueue(on: self)
         } else if let concurrent = operation as? any QueueClaimable {
-            if concurrent.claimForQueue() != nil {
-                queue.addOperation(operation)
-            }
+            if concurrent.claimForQueue() != nil { queue.addOperation(operation) }
         } else if !operation.isFinished && !operation.isExecuting {
             queue.addOperation(operation)
         }
@@ -41,9 +39,7 @@ protocol ManagerEnqueueable: Operation {
 }
 
 extension CoalescibleOperation: ManagerEnqueueable {
-    func enqueue(on manager: OperationQueueManager) {
-        manager.enqueue(operation: self)
-    }
+    func enqueue(on manager: OperationQueueManager) { manager.enqueue(operation: self) }
 }
 
 /// An operation that the deprecated `enqueue(_:)` claims before adding it to the queue, so that

@@ -28,9 +28,7 @@ import Foundation
             }
             return
         }
-        for caller in callers.entries {
-            add(caller)
-        }
+        for caller in callers.entries { add(caller) }
     }
 
     @inlinable mutating func add(_ caller: Caller<Value>) {
@@ -41,9 +39,7 @@ import Foundation
             groups[group(for: queue)].handlers.append(caller)
         case .operation(let operation):
             operation.finishJoined()
-            if let own = operation.completionHandler {
-                add(.handler(own, queue: operation.callBackQueue))
-            }
+            if let own = operation.completionHandler { add(.handler(own, queue: operation.callBackQueue)) }
         case .parked(let continuation, _):
             continuations.append(continuation)
         case .arriving, .owed, .held, .gone:
@@ -58,22 +54,16 @@ import Foundation
             queue.addOperation(DeliveryOperation { Self.serve(handlers, with: result) })
         }
         Self.serve(inline, with: result)
-        for continuation in continuations {
-            continuation.resume(with: result)
-        }
+        for continuation in continuations { continuation.resume(with: result) }
     }
 
     @inlinable static func serve(_ handlers: Handlers, with result: Result<Value, Error>) {
-        for case .handler(let handler, _) in handlers {
-            handler(result)
-        }
+        for case .handler(let handler, _) in handlers { handler(result) }
     }
 
     @inlinable mutating func group(for queue: OperationQueue) -> Int {
         let id = ObjectIdentifier(queue)
-        if let index = groupIndex[id] {
-            return index
-        }
+        if let index = groupIndex[id] { return index }
         groups.append((queue, []))
         groupIndex[id] = groups.count - 1
         return groups.count - 1
@@ -97,13 +87,9 @@ extension Caller {
     // @unchecked: `serve` is immutable and the queue hands the operation to one thread.
     private let serve: () -> Void
 
-    @usableFromInline init(serve: @escaping () -> Void) {
-        self.serve = serve
-    }
+    @usableFromInline init(serve: @escaping () -> Void) { self.serve = serve }
 
-    @usableFromInline override func main() {
-        serve()
-    }
+    @usableFromInline override func main() { serve() }
 
     /// Does nothing: a delivery carries results its callers are owed.
     ///

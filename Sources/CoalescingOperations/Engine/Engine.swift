@@ -30,9 +30,7 @@ import Foundation
         state = LockedState(Machine(observed: observer != nil, prefetchTimeout: prefetchTimeout))
     }
 
-    var statistics: CoalescingStatistics {
-        state.withLock { $0.statistics }
-    }
+    var statistics: CoalescingStatistics { state.withLock { $0.statistics } }
 
     // MARK: Arriving
 
@@ -87,9 +85,7 @@ import Foundation
                 if role == .consumer, let value = machine.takeStored(key, as: Value.self) {
                     return (.taken(value), nil)
                 }
-                if role == .prefetcher, machine.hasStored(key) {
-                    return (.alreadyStored, nil)
-                }
+                if role == .prefetcher, machine.hasStored(key) { return (.alreadyStored, nil) }
             }
             if let work = machine.inFlight(key, as: Value.self) {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
@@ -106,13 +102,11 @@ import Foundation
             // Created under the lock, so that its end cannot overtake this arrival.
             work.runner = .task(
                 startTask(for: work, name: name, priority: startPriority) { [self] in
-                    let result: Result<Value, Error>
                     do {
-                        result = .success(try await operation())
+                        end(work, with: .success(try await operation()))
                     } catch {
-                        result = .failure(error)
+                        end(work, with: .failure(error))
                     }
-                    end(work, with: result)
                 })
             return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true))
         }
@@ -125,19 +119,11 @@ import Foundation
     /// events delivered. Only a caller that asked for a deadline, or for progress, pays for it.
     @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
         if let entry {
-            if entry.started {
-                watchForStall(entry.work)
-            }
-            if let timeout {
-                withdraw(entry.work, slot: entry.joined?.slot, after: timeout)
-            }
-            if let joined = entry.joined {
-                if joined.raised {
-                    applyPriority(of: entry.work)
-                }
-                if joined.delivers, let sink {
-                    deliverCalls(to: joined.slot, of: entry.work, via: sink)
-                }
+            if entry.started { watchForStall(entry.work) }
+            if let timeout { withdraw(entry.work, slot: entry.joined?.slot, after: timeout) }
+            if entry.joined?.raised == true { applyPriority(of: entry.work) }
+            if let joined = entry.joined, joined.delivers, let sink {
+                deliverCalls(to: joined.slot, of: entry.work, via: sink)
             }
         }
         deliverEvents()
@@ -151,20 +137,14 @@ import Foundation
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) {
         let withdrawn = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
-        if let decided = withdrawn.decided {
-            stop(decided)
-        }
-        if let (caller, heard) = withdrawn.told {
-            caller.tell(heard)
-        }
+        if let decided = withdrawn.decided { stop(decided) }
+        if let (caller, heard) = withdrawn.told { caller.tell(heard) }
         if let decided = withdrawn.decided {
             settle(work, decided, with: .failure(CoalescingError.cancelled))
         } else {
             deliverEvents()
         }
-        if withdrawn.reprioritizes {
-            applyPriority(of: work)
-        }
+        if withdrawn.reprioritizes { applyPriority(of: work) }
     }
 
     /// Ends `work` with `result`, stopping it first if `stopping`; nothing if its result was
@@ -185,12 +165,8 @@ import Foundation
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that
     /// its `cancel()` does not come back here; cancelled work sees it before anyone hears.
     @inlinable func stop<Value>(_ decided: Decided<Value>) {
-        if case .operation(let operation) = decided.runner {
-            operation.unlink()
-        }
-        if decided.stopping {
-            decided.runner.stop()
-        }
+        if case .operation(let operation) = decided.runner { operation.unlink() }
+        if decided.stopping { decided.runner.stop() }
     }
 
     /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
@@ -203,28 +179,20 @@ import Foundation
         deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
     }
 
-    @inlinable func serve<Value>(
-        _ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>
-    ) {
+    @inlinable func serve<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>) {
         let settled = state.withLock { $0.settle(work, with: result) }
         var delivery = Delivery<Value>()
         delivery.add(settled.callers)
-        if case .operation(let operation) = runner {
-            operation.resultDecided()
-        }
+        if case .operation(let operation) = runner { operation.resultDecided() }
         delivery.deliver(result)
-        for owed in settled.held {
-            owed.caller.tell(owed.result)
-        }
+        for owed in settled.held { owed.caller.tell(owed.result) }
     }
 
     /// Cancels the work under every key that `matches`, forgotten work included when
     /// `includingForgotten`, and drops stored results; returns whether there was any.
     func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Bool {
         let (works, found) = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
-        for work in works {
-            work.cancel(in: self)
-        }
+        for work in works { work.cancel(in: self) }
         deliverEvents()
         return found
     }
@@ -309,9 +277,7 @@ import Foundation
 
     /// Changes the urgency the caller in `slot` asks for; nothing once it has left (Guarantee 19).
     @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?) {
-        if state.withLock({ $0.reprioritize(work, slot: slot, to: urgency) }) {
-            applyPriority(of: work)
-        }
+        if state.withLock({ $0.reprioritize(work, slot: slot, to: urgency) }) { applyPriority(of: work) }
     }
 
     /// A waiting task caller was escalated to `priority`.
@@ -323,9 +289,7 @@ import Foundation
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
     func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) {
-        if state.withLock({ $0.setFloor(of: work, change) }) {
-            applyPriority(of: work)
-        }
+        if state.withLock({ $0.setFloor(of: work, change) }) { applyPriority(of: work) }
     }
 
     /// Writes the work's priority to whatever runs it until it matches what its callers ask.
@@ -337,9 +301,7 @@ import Foundation
         let writer = DispatchGroup()
         guard state.withLock({ $0.claimWriting(work, writer) }) else { return }
         writer.enter()
-        while let priority = state.withLock({ $0.nextPriority(of: work) }) {
-            work.write(priority)
-        }
+        while let priority = state.withLock({ $0.nextPriority(of: work) }) { work.write(priority) }
         writer.leave()
         deliverEvents()
     }
@@ -358,9 +320,7 @@ import Foundation
     /// passed, unless the result reached it first. Holds the work only weakly meanwhile.
     @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
         Controls.schedule(after: timeout) { [weak self, weak work] in
-            if let self, let work {
-                self.withdraw(work, slot: slot, reason: .timedOut)
-            }
+            if let self, let work { self.withdraw(work, slot: slot, reason: .timedOut) }
         }
     }
 
@@ -388,9 +348,7 @@ import Foundation
     @inlinable func deliverEvents() {
         // Inline, so that a coalescer nobody observes pays one comparison: the delivery itself,
         // generic over the key, looks up the events' metadata before its first line.
-        if observer != nil {
-            deliverRecordedEvents()
-        }
+        if observer != nil { deliverRecordedEvents() }
     }
 
     /// Delivers the events; `settle`, a work's end, runs right after the events recorded before

@@ -64,16 +64,12 @@ import Foundation
     ) -> Joined {
         let slot = work.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
-        let raised = urgency.map { work.demand($0, from: slot) } ?? false
+        let raised = urgency.map { work.priority.demand($0, from: slot) } ?? false
         let delivers = sink.map { work.watch($0, in: slot) } ?? false
-        if case .arriving = caller {
-            work.unparked += 1
-        }
+        if case .arriving = caller { work.unparked += 1 }
         work.live += 1
         statistics.countArrival(joining: work.arrivals > 0)
-        if work.arrivals > 0 {
-            record(.callerJoined(key: work.key, work: work.number, callers: work.live))
-        }
+        if work.arrivals > 0 { record(.callerJoined(key: work.key, work: work.number, callers: work.live)) }
         work.arrivals += 1
         return Joined(slot: slot, raised: raised, delivers: delivers)
     }
@@ -96,7 +92,7 @@ import Foundation
                 statistics.countDeparture(reason)
                 record(.callerWithdrawn(key: work.key, work: work.number, reason: reason))
             }
-            action.reprioritizes = work.release(slot)
+            action.reprioritizes = work.priority.release(slot)
             let heard = result ?? .failure(reason.error)
             action.told = work.conclude(slot, with: heard, droppingProgress: true).map { ($0, heard) }
         }
@@ -210,9 +206,7 @@ import Foundation
     @inlinable mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Settled<Value>
     {
-        if case .deciding = work.phase {
-            work.phase = .ended
-        }
+        if case .deciding = work.phase { work.phase = .ended }
         var settled = Settled<Value>()
         guard work.unparked > 0 || !work.calls.isEmpty else {
             // Every slot is a caller waiting or one that left: the list is served whole.
@@ -237,9 +231,7 @@ import Foundation
     @inlinable mutating func unindex(_ work: AnyWork<Key>) {
         if work.isIndexed {
             // One lookup, not two: hashing the key is most of what this costs.
-            if let entry = index.index(forKey: work.key), index.values[entry] === work {
-                index.remove(at: entry)
-            }
+            if let entry = index.index(forKey: work.key), index.values[entry] === work { index.remove(at: entry) }
             work.isIndexed = false
         } else {
             forgotten[ObjectIdentifier(work)] = nil
@@ -252,9 +244,7 @@ import Foundation
     mutating func forget(_ key: Key) -> Bool {
         guard let work = index.removeValue(forKey: key) else { return false }
         work.isIndexed = false
-        if case .running = work.phase {
-            forgotten[ObjectIdentifier(work)] = work
-        }
+        if case .running = work.phase { forgotten[ObjectIdentifier(work)] = work }
         return true
     }
 
@@ -275,9 +265,7 @@ import Foundation
                 dropped = true
             }
         }
-        if includingForgotten {
-            works += forgotten.values
-        }
+        if includingForgotten { works += forgotten.values }
         return (works, !works.isEmpty || dropped)
     }
 
@@ -296,23 +284,26 @@ import Foundation
         -> Bool
     {
         guard case .running = work.phase, let slot, work.callers.entries[slot].waits else { return false }
-        let released = work.release(slot)
-        return (urgency.map { work.demand($0, from: slot) } ?? false) || released
+        let released = work.priority.release(slot)
+        return (urgency.map { work.priority.demand($0, from: slot) } ?? false) || released
     }
 
-    /// Event: a thread offers to write the work's priority; returns whether it is the one to.
+    /// Event: a thread offers to write the work's priority; returns whether it is the one to: no
+    /// other thread is writing, and the work is in flight and has not started.
     mutating func claimWriting(_ work: AnyWork<Key>, _ writer: DispatchGroup) -> Bool {
-        guard case .running = work.phase else { return false }
-        return work.priority.claimWriting(writer)
+        guard case .running = work.phase, work.priority.writer == nil, !work.priority.isFrozen else { return false }
+        work.priority.writer = writer
+        return true
     }
 
     /// Event: the writer asks what to write next; nil lets go of the right to write.
     mutating func nextPriority(of work: AnyWork<Key>) -> Urgency? {
-        guard case .running = work.phase else {
+        let next = work.priority.target
+        guard case .running = work.phase, !work.priority.isFrozen, next != work.priority.applied else {
             work.priority.writer = nil
             return nil
         }
-        guard let next = work.priority.next() else { return nil }
+        work.priority.applied = next
         record(
             .priorityChanged(key: work.key, work: work.number, priority: next.event(rising: work.priority.risesOnly)))
         return next
@@ -328,7 +319,10 @@ import Foundation
 
     /// Event: the app sets the operation's own priority, the floor under its callers'.
     mutating func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) -> Bool {
-        work.priority.setFloor(change)
+        var own = work.priority.floor.operationPriority
+        change(&own)
+        work.priority.floor = Urgency(own)
+        return !work.priority.isFrozen
     }
 
     // MARK: Prefetched results

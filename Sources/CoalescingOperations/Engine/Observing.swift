@@ -219,9 +219,7 @@ extension Machine {
     /// otherwise queues `settle` behind them for the thread that is.
     mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
         guard !outbox!.isDelivering else {
-            if let settle {
-                outbox!.pending.append(.settle(settle))
-            }
+            if let settle { outbox!.pending.append(.settle(settle)) }
             return nil
         }
         outbox!.isDelivering = true

@@ -90,9 +90,7 @@ import Foundation
         if risesOnly {
             floor = floor.raised(to: urgency)
         } else {
-            while demands.count <= slot {
-                demands.append(nil)
-            }
+            while demands.count <= slot { demands.append(nil) }
             demands[slot] = urgency
         }
         return !isFrozen && applied.raised(to: urgency) != applied
@@ -104,40 +102,5 @@ import Foundation
         guard demands.indices.contains(slot), let released = demands[slot] else { return false }
         demands[slot] = nil
         return !isFrozen && released.holdsUp(applied)
-    }
-
-    mutating func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
-        var own = floor.operationPriority
-        change(&own)
-        floor = Urgency(own)
-        return !isFrozen
-    }
-
-    /// Takes the right to write the priority, unless another thread holds it.
-    mutating func claimWriting(_ group: DispatchGroup) -> Bool {
-        guard writer == nil, !isFrozen else { return false }
-        writer = group
-        return true
-    }
-
-    /// The next priority to write, or nil, letting go of the right, when there is none.
-    mutating func next() -> Urgency? {
-        let target = target
-        guard !isFrozen, target != applied else {
-            writer = nil
-            return nil
-        }
-        applied = target
-        return target
-    }
-}
-
-extension AnyWork {
-    @inlinable func demand(_ urgency: Urgency, from slot: Int) -> Bool {
-        priority.demand(urgency, from: slot)
-    }
-
-    func release(_ slot: Int) -> Bool {
-        priority.release(slot)
     }
 }

@@ -64,9 +64,7 @@ import Foundation
         super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, timed: timed)
     }
 
-    override func write(_ priority: Urgency) {
-        runner.prioritize(priority)
-    }
+    override func write(_ priority: Urgency) { runner.prioritize(priority) }
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
@@ -86,9 +84,7 @@ import Foundation
         case .arriving:
             callers.entries[slot] = .owed
             owed[slot] = result
-            if droppingProgress {
-                calls[slot]?.latest = nil
-            }
+            if droppingProgress { calls[slot]?.latest = nil }
             return nil
         case .handler, .operation, .parked:
             callers.entries[slot] = .gone
@@ -97,9 +93,7 @@ import Foundation
                 calls[slot] = nil
                 return caller
             }
-            if droppingProgress {
-                call.latest = nil
-            }
+            if droppingProgress { call.latest = nil }
             call.last = Owed(caller: caller, result: result)
             calls[slot] = call
             return nil

@@ -102,9 +102,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     open override var queuePriority: Operation.QueuePriority {
         get { super.queuePriority }
         set {
-            if !setFloor({ $0.queuePriority = newValue }) {
-                super.queuePriority = newValue
-            }
+            if !setFloor({ $0.queuePriority = newValue }) { super.queuePriority = newValue }
         }
     }
 
@@ -115,9 +113,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     open override var qualityOfService: QualityOfService {
         get { super.qualityOfService }
         set {
-            if !setFloor({ $0.qualityOfService = newValue }) {
-                super.qualityOfService = newValue
-            }
+            if !setFloor({ $0.qualityOfService = newValue }) { super.qualityOfService = newValue }
         }
     }
 
@@ -162,9 +158,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
                 lifecycle = .idle(onQueue: queued)
                 return true
             }
-            if claimed {
-                link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work)
-            }
+            if claimed { link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work) }
             return claimed
         }
     }
@@ -176,9 +170,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     }
 
     /// Its work's result was decided: its `cancel()` no longer goes to the engine.
-    @usableFromInline final func unlink() {
-        link.withLock { $0 = .ended }
-    }
+    @usableFromInline final func unlink() { link.withLock { $0 = .ended } }
 
     /// The work this operation runs or rides on in `engine`, if any.
     @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
@@ -192,9 +184,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     // module, and so is handing the result to every caller (fan-out ~50 Ir a caller cheaper).
     @inlinable override final func settle(_ result: Result<Value, Error>, cancelling: Bool) {
         let taken = link.withLock { link -> Link in
-            defer {
-                if case .fresh = link { link = .alone }
-            }
+            defer { if case .fresh = link { link = .alone } }
             return link
         }
         switch taken {
@@ -207,15 +197,11 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
                 engine.end(work, with: result)
             }
         case .rides(let engine, let work, let slot):
-            if cancelling {
-                cancelInFoundation()
-            }
+            if cancelling { cancelInFoundation() }
             // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).
             engine.withdraw(work, slot: slot, reason: .withdrawn, hearing: cancelling ? nil : result)
         case .ended:
-            if cancelling {
-                cancelInFoundation()
-            }
+            if cancelling { cancelInFoundation() }
         }
     }
 
@@ -228,9 +214,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     }
 
     override final func reported(_ progress: WorkProgress) {
-        if case .runs(let engine, let work) = link.withLock({ $0 }) {
-            engine.report(progress, for: work)
-        }
+        if case .runs(let engine, let work) = link.withLock({ $0 }) { engine.report(progress, for: work) }
     }
 
     /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.

@@ -36,9 +36,7 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// withdraws, the work is cancelled, or runs on if its
     /// ``CoalescibleOperation/abandonedWorkPolicy`` says so. Calling it again does nothing.
     public func withdraw() {
-        if let engine, let work {
-            engine.withdraw(work, slot: slot, reason: .withdrawn)
-        }
+        if let engine, let work { engine.withdraw(work, slot: slot, reason: .withdrawn) }
     }
 
     /// Changes how urgent this caller is. While the work waits on its queue, it runs at the
@@ -47,8 +45,6 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     ///
     /// - Parameter priority: The caller's new priority; nil asks for nothing.
     public func setPriority(_ priority: OperationPriority?) {
-        if let engine, let work {
-            engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init))
-        }
+        if let engine, let work { engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init)) }
     }
 }

@@ -82,12 +82,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
 
     /// Whether the queue has started the operation and it has not finished.
     public final override var isExecuting: Bool {
-        lifecycle.withLock {
-            switch $0 {
-            case .executing, .finishing: true
-            case .idle, .decidedBeforeStart, .finished: false
-            }
-        }
+        lifecycle.withLock { $0 == .executing || $0 == .finishing }
     }
 
     /// Whether the operation is done, as far as its queue is concerned.
@@ -95,7 +90,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// A queued operation turns finished only after its queue has started it, even when its
     /// result was decided earlier by ``cancel()``.
     public final override var isFinished: Bool {
-        lifecycle.withLock { if case .finished = $0 { true } else { false } }
+        lifecycle.withLock { $0 == .finished }
     }
 
     /// Starts the operation: calls ``main()``, or finishes at once if the result is already
@@ -116,17 +111,11 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
             }
         }
         switch step {
-        case .idle?:
-            if willRun() {
-                main()
-            } else {
-                releaseDependencies()
-            }
-        case .decidedBeforeStart?:
-            // Its queue may let go of it once it is finished; this call still holds it.
+        case .idle? where willRun(): main()
+        case .idle?, .decidedBeforeStart?:
+            // Finished without running: its queue may let go of it now; this call still holds it.
             releaseDependencies()
-        case .executing?, .finishing?, .finished?, nil:
-            break
+        case .executing?, .finishing?, .finished?, nil: break
         }
     }
 
@@ -146,9 +135,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
-    @inlinable public final func finish(result: Result<Value, Error>) {
-        settle(result, cancelling: false)
-    }
+    @inlinable public final func finish(result: Result<Value, Error>) { settle(result, cancelling: false) }
 
     /// Reports how far the work has got, from any thread, as often as it likes: every caller that
     /// asked for progress receives it on its own queue, the latest value winning when updates
@@ -157,9 +144,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// that joined other work: nobody asked it for progress.
     ///
     /// - Parameter progress: How far the work has got.
-    public final func report(progress: WorkProgress) {
-        reported(progress)
-    }
+    public final func report(progress: WorkProgress) { reported(progress) }
 
     /// Cancels the operation: every caller still waiting receives
     /// `.failure(CoalescingError.cancelled)`, once.
@@ -171,9 +156,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// - After the operation finished, this does nothing.
     /// - For a ``CoalescibleOperation`` that joined other work, this withdraws its caller only,
     ///   which hears `CancellationError`; see ``CoalescibleOperation``.
-    open override func cancel() {
-        settle(.failure(CoalescingError.cancelled), cancelling: true)
-    }
+    open override func cancel() { settle(.failure(CoalescingError.cancelled), cancelling: true) }
 
     // MARK: What a subclass of the library's changes
 
@@ -184,9 +167,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// `isCancelled` before its caller hears.
     @usableFromInline func settle(_ result: Result<Value, Error>, cancelling: Bool) {
         let decided = resultDecided()
-        if cancelling {
-            cancelInFoundation()
-        }
+        if cancelling { cancelInFoundation() }
         if decided, let completionHandler {
             if let callBackQueue {
                 callBackQueue.addOperation(DeliveryOperation { completionHandler(result) })
@@ -203,9 +184,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     func reported(_ progress: WorkProgress) {}
 
     /// Foundation's own `cancel()`: sets `isCancelled`.
-    @usableFromInline final func cancelInFoundation() {
-        super.cancel()
-    }
+    @usableFromInline final func cancelInFoundation() { super.cancel() }
 }
 
 // MARK: - Foundation's lifecycle
@@ -252,7 +231,7 @@ extension ConcurrentOperation {
 
     /// Finishes an operation that will never run (one that joined other work), once.
     @usableFromInline final func finishWithoutRunning() {
-        guard lifecycle.withLock({ if case .finished = $0 { false } else { true } }) else { return }
+        guard lifecycle.withLock({ $0 != .finished }) else { return }
         releaseDependencies()
         postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
     }
@@ -283,15 +262,11 @@ extension ConcurrentOperation {
     /// dependency reaches the operation afterwards. (An operation its queue ran had its
     /// dependencies finish first.)
     final func releaseDependenciesIfUnqueued() {
-        if lifecycle.withLock({ if case .decidedBeforeStart(onQueue: false) = $0 { true } else { false } }) {
-            releaseDependencies()
-        }
+        if lifecycle.withLock({ $0 == .decidedBeforeStart(onQueue: false) }) { releaseDependencies() }
     }
 
     final func releaseDependencies() {
-        for dependency in dependencies {
-            removeDependency(dependency)
-        }
+        for dependency in dependencies { removeDependency(dependency) }
     }
 
     /// Wraps a lifecycle change in KVO notifications, posted with no lock held: Foundation reads
@@ -301,13 +276,9 @@ extension ConcurrentOperation {
     /// On Linux, Foundation reacts to `didChangeValue(forKey:)` for exactly these names; any other
     /// key, such as a custom `state`, goes unseen and jams the queue.
     final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
-        for key in keys {
-            willChangeValue(forKey: key)
-        }
+        for key in keys { willChangeValue(forKey: key) }
         let result = change()
-        for key in keys.reversed() {
-            didChangeValue(forKey: key)
-        }
+        for key in keys.reversed() { didChangeValue(forKey: key) }
         return result
     }
 }

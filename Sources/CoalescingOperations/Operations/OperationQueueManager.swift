@@ -52,11 +52,7 @@ public final class OperationQueueManager: Sendable {
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS` (a number of seconds; any
     ///     other value is ignored, with a line on standard error), or none. A threshold of about
     ///     292 years or more never passes.
-    public init(
-        queue: OperationQueue = OperationQueue(),
-        observer: Observer? = nil,
-        stallThreshold: Duration? = nil
-    ) {
+    public init(queue: OperationQueue = OperationQueue(), observer: Observer? = nil, stallThreshold: Duration? = nil) {
         self.queue = queue
         let forward = observer.map { observer in
             { @Sendable (event: CoalescingEvent<OperationKey>) in observer(event.map(\.identifier)) }
@@ -68,9 +64,7 @@ public final class OperationQueueManager: Sendable {
 
     /// What the manager has done since it was created: work started and how it ended, callers who
     /// arrived, joined, withdrew or timed out. A snapshot, exact under concurrency.
-    public var statistics: CoalescingStatistics {
-        engine.statistics
-    }
+    public var statistics: CoalescingStatistics { engine.statistics }
 
     // MARK: Enqueuing
 
@@ -376,9 +370,7 @@ public final class OperationQueueManager: Sendable {
         let operation = makeOperation()
         let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
         let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
-        if handle.work == nil, case .handler = caller {
-            caller.tell(.failure(CoalescingError.cancelled))
-        }
+        if handle.work == nil, case .handler = caller { caller.tell(.failure(CoalescingError.cancelled)) }
         return handle
     }
 
@@ -388,9 +380,7 @@ public final class OperationQueueManager: Sendable {
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
         sink: ProgressSink? = nil
     ) -> CoalescingHandle<Value> {
-        if let operation, admitted.queued {
-            queue.addOperation(operation)
-        }
+        if let operation, admitted.queued { queue.addOperation(operation) }
         engine.follow(admitted.entry, timeout: timeout, sink: sink)
         let entry = admitted.entry
         return CoalescingHandle(

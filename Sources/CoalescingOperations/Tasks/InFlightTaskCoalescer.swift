@@ -51,11 +51,8 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     wait for it, once, as ``CoalescingEvent/workStalled(key:work:callers:elapsed:)`` to the
     ///     observer, or as a line on standard error when there is none. Defaults to the
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
-    public init(
-        observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil
-    ) {
-        engine = Engine(
-            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
+    public init(observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil) {
+        engine = Engine(observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
     }
 
     /// Returns the result of the work in flight for `key`, starting `operation` if there is none.
@@ -130,12 +127,8 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///
     /// - Parameter key: The key of the work to forget.
     /// - Returns: Whether work was in flight for `key`.
-    @discardableResult public func forget(key: Key) -> Bool {
-        engine.forget(where: { $0 == key })
-    }
+    @discardableResult public func forget(key: Key) -> Bool { engine.forget(where: { $0 == key }) }
 
     /// What the coalescer has done since it was created: a snapshot, exact under concurrency.
-    public var statistics: CoalescingStatistics {
-        engine.statistics
-    }
+    public var statistics: CoalescingStatistics { engine.statistics }
 }

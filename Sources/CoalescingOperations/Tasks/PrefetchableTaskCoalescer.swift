@@ -170,12 +170,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
     ///
     /// - Parameter key: The key to forget.
     /// - Returns: Whether work was in flight or a result stored for `key`.
-    @discardableResult public func forget(key: Key) -> Bool {
-        engine.forget(where: { $0 == key })
-    }
+    @discardableResult public func forget(key: Key) -> Bool { engine.forget(where: { $0 == key }) }
 
     /// What the coalescer has done since it was created: a snapshot, exact under concurrency.
-    public var statistics: CoalescingStatistics {
-        engine.statistics
-    }
+    public var statistics: CoalescingStatistics { engine.statistics }
 }
