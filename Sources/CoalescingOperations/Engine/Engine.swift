@@ -148,18 +148,26 @@ import Foundation
     }
 
     /// Ends `work` with `result`, stopping it first if `stopping`; nothing if its result was
-    /// already decided. `between` runs once the result is decided and before anyone hears: an
-    /// operation's `cancel()` tells Foundation there.
-    @inlinable func end<Value>(
-        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false,
-        between: (() -> Void)? = nil
+    /// already decided.
+    @inlinable func end<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false) {
+        carryOut(decide(work, with: result, stopping: stopping), of: work, with: result)
+    }
+
+    /// The first half of an end: decides `work`'s result, unless it was decided already (nil).
+    /// The operation that runs the work tells Foundation of its cancellation between the halves.
+    @inlinable func decide<Value>(
+        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false
+    ) -> Decided<Value>? {
+        state.withLock { $0.decide(work, with: result, stopping: stopping) }
+    }
+
+    /// The second half of an end: the work stops, then its callers hear.
+    @inlinable func carryOut<Value>(
+        _ decided: Decided<Value>?, of work: Work<Key, Value>, with result: Result<Value, Error>
     ) {
-        let decided = state.withLock { $0.decide(work, with: result, stopping: stopping) }
-        between?()
-        if let decided {
-            stop(decided)
-            settle(work, decided, with: result)
-        }
+        guard let decided else { return }
+        stop(decided)
+        settle(work, decided, with: result)
     }
 
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that

@@ -127,59 +127,6 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
         return true
     }
 
-    // MARK: The work it runs or joins
-
-    /// Where the operation's result is decided.
-    @usableFromInline enum Link {
-        /// Nobody has taken it: a manager may, to run or join work.
-        case fresh
-        /// Decided by itself, as a plain operation, before anyone took it.
-        case alone
-        /// Runs `work`, held by `engine`.
-        case runs(Engine<OperationKey>, Work<OperationKey, Value>)
-        /// Joined `work` as the caller in `slot`: it never runs, and finishes when it hears.
-        case rides(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
-        /// Ran work whose result was decided: only Foundation still hears of a `cancel()`.
-        case ended
-    }
-
-    /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
-    /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
-    /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
-    /// an operation's locks are only ever taken inside it.
-    @inlinable final func take(
-        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
-    ) -> Bool {
-        link.withLock { link in
-            guard case .fresh = link else { return false }
-            // Looked at and claimed in one turn of the lifecycle's lock.
-            let claimed = lifecycle.withLock { lifecycle in
-                guard case .idle(onQueue: false) = lifecycle else { return false }
-                lifecycle = .idle(onQueue: queued)
-                return true
-            }
-            if claimed { link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work) }
-            return claimed
-        }
-    }
-
-    /// The operation joined work and has heard: it finishes, and lets go of the work.
-    @usableFromInline final func finishJoined() {
-        unlink()
-        finishWithoutRunning()
-    }
-
-    /// Its work's result was decided: its `cancel()` no longer goes to the engine.
-    @usableFromInline final func unlink() { link.withLock { $0 = .ended } }
-
-    /// The work this operation runs or rides on in `engine`, if any.
-    @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
-        switch link.withLock({ $0 }) {
-        case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
-        case .fresh, .alone, .ended: nil
-        }
-    }
-
     // Inlinable: finishing an operation of a final subclass is then specialized in the caller's
     // module, and so is handing the result to every caller (fan-out ~50 Ir a caller cheaper).
     @inlinable override final func settle(_ result: Result<Value, Error>, cancelling: Bool) {
@@ -191,11 +138,10 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
         case .fresh, .alone:
             super.settle(result, cancelling: cancelling)
         case .runs(let engine, let work):
-            if cancelling {
-                engine.end(work, with: result) { self.cancelInFoundation() }
-            } else {
-                engine.end(work, with: result)
-            }
+            // Decided before Foundation hears of a cancellation, for the reason `super.settle` gives.
+            let decided = engine.decide(work, with: result)
+            if cancelling { cancelInFoundation() }
+            engine.carryOut(decided, of: work, with: result)
         case .rides(let engine, let work, let slot):
             if cancelling { cancelInFoundation() }
             // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).
@@ -215,11 +161,5 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
 
     override final func reported(_ progress: WorkProgress) {
         if case .runs(let engine, let work) = link.withLock({ $0 }) { engine.report(progress, for: work) }
-    }
-
-    /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.
-    final func write(_ priority: OperationPriority) {
-        super.queuePriority = priority.queuePriority
-        super.qualityOfService = priority.qualityOfService
     }
 }

@@ -1,0 +1,99 @@
+import Foundation
+
+// An operation's life as Foundation sees it: started, executing, finished, and the KVO that tells
+// its queue. The engine finishes operations through these, after the result has left
+// ConcurrentOperation.swift and CoalescibleOperation.swift for it, so they live on their own.
+
+/// An operation's life as Foundation sees it. The result is decided once; the lifecycle reaches
+/// `.finished` only once the result is decided *and* the queue has started the operation, since
+/// an operation that reports finished before its queue started it corrupts the queue.
+@usableFromInline enum Lifecycle: Equatable {
+    /// Not started. `onQueue` once it was handed to a queue through the library, so that it is
+    /// never added twice.
+    case idle(onQueue: Bool)
+    /// Started by its queue (or by hand), its result not yet decided.
+    case executing
+    /// Started, its result decided: finished once Foundation has been told.
+    case finishing
+    /// Its result was decided before its queue started it: `start()` finishes it without calling
+    /// `main()`.
+    case decidedBeforeStart(onQueue: Bool)
+    case finished
+}
+
+extension ConcurrentOperation {
+    /// The result is decided: a running operation finishes now, one its queue has yet to start
+    /// finishes when it does. Returns whether this call decided it.
+    @usableFromInline @discardableResult final func resultDecided() -> Bool {
+        let (decided, finishing) = lifecycle.withLock { lifecycle -> (Bool, Bool) in
+            switch lifecycle {
+            case .idle(let onQueue):
+                lifecycle = .decidedBeforeStart(onQueue: onQueue)
+                return (true, false)
+            case .executing:
+                lifecycle = .finishing
+                return (true, true)
+            case .finishing, .decidedBeforeStart, .finished:
+                return (false, false)
+            }
+        }
+        if finishing {
+            postingChanges(to: ["isExecuting", "isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        }
+        releaseDependenciesIfUnqueued()
+        return decided
+    }
+
+    /// Finishes an operation that will never run (one that joined other work), once.
+    @usableFromInline final func finishWithoutRunning() {
+        guard lifecycle.withLock({ $0 != .finished }) else { return }
+        releaseDependencies()
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+    }
+
+    /// Claims an operation that is on no queue for one, so that it is never added twice: true if
+    /// the queue will run it, false if its result was decided before it was enqueued (the queue
+    /// then finishes it at once, so that operations depending on it do not wait forever), nil if
+    /// it must not be added to a queue.
+    @usableFromInline final func claimForQueue() -> Bool? {
+        lifecycle.withLock { lifecycle in
+            switch lifecycle {
+            case .idle(onQueue: false):
+                lifecycle = .idle(onQueue: true)
+                return true
+            case .decidedBeforeStart(onQueue: false):
+                lifecycle = .decidedBeforeStart(onQueue: true)
+                return false
+            case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
+                return nil
+            }
+        }
+    }
+
+    /// An operation that finishes without running must stop waiting on its dependencies before it
+    /// is let go of: swift-corelibs-foundation keeps a dependency's dependents unretained, and the
+    /// dependency finishing later would reach a freed operation. Foundation unregisters under the
+    /// dependency's lock, the one under which a finishing dependency picks its dependents, so no
+    /// dependency reaches the operation afterwards. (An operation its queue ran had its
+    /// dependencies finish first.)
+    final func releaseDependenciesIfUnqueued() {
+        if lifecycle.withLock({ $0 == .decidedBeforeStart(onQueue: false) }) { releaseDependencies() }
+    }
+
+    final func releaseDependencies() {
+        for dependency in dependencies { removeDependency(dependency) }
+    }
+
+    /// Wraps a lifecycle change in KVO notifications, posted with no lock held: Foundation reads
+    /// the properties back synchronously, and a thread waiting in
+    /// `waitUntilAllOperationsAreFinished()` holds Foundation's lock while it reads `isFinished`.
+    ///
+    /// On Linux, Foundation reacts to `didChangeValue(forKey:)` for exactly these names; any other
+    /// key, such as a custom `state`, goes unseen and jams the queue.
+    final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
+        for key in keys { willChangeValue(forKey: key) }
+        let result = change()
+        for key in keys.reversed() { didChangeValue(forKey: key) }
+        return result
+    }
+}

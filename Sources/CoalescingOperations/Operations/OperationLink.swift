@@ -1,0 +1,66 @@
+import Foundation
+
+// How a coalescible operation is tied to the work an engine holds: taken by a manager to run it or
+// to join it, let go of once its result is decided, written to when its callers' priority moves.
+// The engine calls these. The operation's own ways in (finish, cancel, report) are in
+// CoalescibleOperation.swift and ConcurrentOperation.swift, so that the path of a result, which
+// starts there, goes on into the engine and out to here without coming back into a file it left.
+
+extension CoalescibleOperation {
+    /// Where the operation's result is decided.
+    @usableFromInline enum Link {
+        /// Nobody has taken it: a manager may, to run or join work.
+        case fresh
+        /// Decided by itself, as a plain operation, before anyone took it.
+        case alone
+        /// Runs `work`, held by `engine`.
+        case runs(Engine<OperationKey>, Work<OperationKey, Value>)
+        /// Joined `work` as the caller in `slot`: it never runs, and finishes when it hears.
+        case rides(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
+        /// Ran work whose result was decided: only Foundation still hears of a `cancel()`.
+        case ended
+    }
+
+    /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
+    /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
+    /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
+    /// an operation's locks are only ever taken inside it.
+    @inlinable final func take(
+        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
+    ) -> Bool {
+        link.withLock { link in
+            guard case .fresh = link else { return false }
+            // Looked at and claimed in one turn of the lifecycle's lock.
+            let claimed = lifecycle.withLock { lifecycle in
+                guard case .idle(onQueue: false) = lifecycle else { return false }
+                lifecycle = .idle(onQueue: queued)
+                return true
+            }
+            if claimed { link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work) }
+            return claimed
+        }
+    }
+
+    /// The operation joined work and has heard: it finishes, and lets go of the work.
+    @usableFromInline final func finishJoined() {
+        unlink()
+        finishWithoutRunning()
+    }
+
+    /// Its work's result was decided: its `cancel()` no longer goes to the engine.
+    @usableFromInline final func unlink() { link.withLock { $0 = .ended } }
+
+    /// The work this operation runs or rides on in `engine`, if any.
+    @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
+        switch link.withLock({ $0 }) {
+        case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
+        case .fresh, .alone, .ended: nil
+        }
+    }
+
+    /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.
+    final func write(_ priority: OperationPriority) {
+        super.queuePriority = priority.queuePriority
+        super.qualityOfService = priority.qualityOfService
+    }
+}
