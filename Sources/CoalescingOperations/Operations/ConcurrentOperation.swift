@@ -182,7 +182,4 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
 
     /// Where reported progress goes: nobody asked a plain operation for it.
     func reported(_ progress: WorkProgress) {}
-
-    /// Foundation's own `cancel()`: sets `isCancelled`.
-    @usableFromInline final func cancelInFoundation() { super.cancel() }
 }

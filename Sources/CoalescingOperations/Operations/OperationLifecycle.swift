@@ -22,6 +22,9 @@ import Foundation
 }
 
 extension ConcurrentOperation {
+    /// Foundation's own `cancel()`: sets `isCancelled`.
+    @usableFromInline final func cancelInFoundation() { super.cancel() }
+
     /// The result is decided: a running operation finishes now, one its queue has yet to start
     /// finishes when it does. Returns whether this call decided it.
     @usableFromInline @discardableResult final func resultDecided() -> Bool {
