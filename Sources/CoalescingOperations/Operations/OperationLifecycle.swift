@@ -1,8 +1,9 @@
 import Foundation
 
 // An operation's life as Foundation sees it: started, executing, finished, and the KVO that tells
-// its queue. The engine finishes operations through these, after the result has left
-// ConcurrentOperation.swift and CoalescibleOperation.swift for it, so they live on their own.
+// its queue. A result goes from ConcurrentOperation.swift or CoalescibleOperation.swift into the
+// engine, which finishes the operations through these: in a file of their own, that path never
+// comes back into a file it left.
 
 /// An operation's life as Foundation sees it. The result is decided once; the lifecycle reaches
 /// `.finished` only once the result is decided *and* the queue has started the operation, since
