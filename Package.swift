@@ -117,7 +117,11 @@ var postgresTrait: Trait {
 /// swift-log and swift-metrics come with the bridges' block; with `Metrics` on as well, the
 /// Postgres coalescer counts into swift-metrics.
 var postgresDependencies: [Package.Dependency] {
-    [.package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2")]
+    [
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ]
 }
 
 var postgresTargets: [Target] {
@@ -127,12 +131,21 @@ var postgresTargets: [Target] {
             dependencies: [
                 "CoalescingOperations",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio", condition: .when(traits: ["Postgres"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
                 .product(name: "Metrics", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
             ]
         ),
         // The helper the multi-process tests start N times; with the trait off, a stub that says so.
-        .executableTarget(name: "coalescing-postgres-probe", dependencies: ["CoalescingPostgres"]),
+        .executableTarget(
+            name: "coalescing-postgres-probe",
+            dependencies: [
+                "CoalescingPostgres",
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: .when(traits: ["Postgres"])),
+            ]),
         .testTarget(
             name: "CoalescingPostgresTests",
             dependencies: [

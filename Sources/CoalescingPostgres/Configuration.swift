@@ -2,33 +2,41 @@
 import Foundation
 import PostgresNIO
 
-/// What a ``PostgresCoalescer`` does when it cannot reach the database (it is down, restarting,
-/// refuses the connection, or the coalescer's table cannot be used).
+/// What a ``PostgresCoalescer`` does when it cannot reach the database: the connection is refused,
+/// the server is restarting or shutting down, or nothing answers within
+/// ``PostgresCoalescerConfiguration/connectTimeout``.
 ///
-/// Either way the coalescer logs the first failure once (and once more when the database answers
-/// again), counts every such caller in ``PostgresCoalescingStatistics/databaseUnavailable`` and
-/// reports ``PostgresCoalescingEvent/databaseUnavailable(key:error:)``; nothing waits for the
-/// database to come back.
+/// Only unreachability counts: any other database error (a missing table, a privilege, a bad
+/// statement) reaches the callers as ``CoalescingPostgresError/databaseError(sqlState:message:)``.
+/// Either way the coalescer logs the first failure of an outage once (and once more when the
+/// database answers again), counts every such step in
+/// ``PostgresCoalescingStatistics/databaseUnavailable`` and reports
+/// ``PostgresCoalescingEvent/databaseUnavailable(key:error:)``; nothing waits for the database to
+/// come back.
 public enum DatabaseUnavailablePolicy: Sendable, Equatable {
     /// Run the work in this process, coalesced with this process's other callers only, as a
     /// coalescer without a database would. The default: a fleet keeps answering while the database
     /// is away, and its upstream sees one run per process per burst instead of one per fleet.
     case runLocally
     /// Throw ``CoalescingPostgresError/databaseUnavailable(_:)`` to every caller of this process
-    /// that waits for the database step.
+    /// whose step needed the database.
     case fail
 }
 
-/// How a ``PostgresCoalescer`` reaches its database and what it keeps there.
+/// What a ``PostgresCoalescer`` keeps in the database, and how long it waits for it.
+///
+/// How the coalescer connects is not here: it uses a `PostgresClient`, the app's own or one it
+/// creates from a URL (``PostgresCoalescer/init(url:maximumConnections:configuration:logger:observer:)``).
 public struct PostgresCoalescerConfiguration: Sendable {
-    /// How each database step connects: host, port, user, password, database, TLS.
-    public var connection: PostgresConnection.Configuration
-    /// The results table, and the namespace of the coalescer's advisory locks: a lower-case SQL
-    /// identifier (letters, digits, underscores). Coalescers that must coalesce with each other use
-    /// the same table; its sequence is `<table>_seq`.
+    /// The mailbox table, whose name also names its sequence (`<table>_seq`) and the notification
+    /// channel. Any name PostgreSQL accepts as an identifier of at most 59 bytes, without a double
+    /// quote: the coalescer always writes it quoted, so `order` or `Fleet Results` work as they
+    /// are, case included. Coalescers that must coalesce with each other use the same table.
     public var table: String
-    /// Whether the coalescer creates its table and sequence (`CREATE … IF NOT EXISTS`, once per
-    /// coalescer) or expects them to exist, created by a migration that runs ``migrationSQL``.
+    /// Whether the coalescer creates its table and sequence when its session starts
+    /// (`CREATE … IF NOT EXISTS`, serialised across processes), or expects a migration to have run
+    /// ``migrationStatements``. Either way, ``PostgresCoalescer/checkSchema()`` tells a readiness
+    /// check what is missing.
     public var createsTable: Bool
     /// What callers get while the database cannot be reached.
     public var whenDatabaseUnavailable: DatabaseUnavailablePolicy
@@ -37,75 +45,123 @@ public struct PostgresCoalescerConfiguration: Sendable {
     /// ``CoalescingPostgresError/valueTooLarge(bytes:limit:)``. PostgreSQL's own ceiling for a
     /// `bytea` value is 1 GB; the default, 8 MiB, keeps a result far below it.
     public var maximumValueBytes: Int
-    /// How long a published result stays in the table: long enough for the processes that waited
-    /// for it to read it (milliseconds). Each publication deletes the rows older than this, of any
-    /// key, and each key holds only its latest result: the table is a mailbox, not a cache.
+    /// How long a published result stays in the table, for the processes that were waiting for
+    /// it: the coalescer sweeps older rows once per this duration. Each key holds only its latest
+    /// result: the table is a mailbox, not a cache.
     public var resultRetention: Duration
-    /// How long connecting may take before the database counts as unavailable.
+    /// How long a step waits for the database (the session to connect, a pooled connection, a
+    /// statement's answer) before the database counts as unavailable.
     public var connectTimeout: Duration
+    /// How often a step that waits for another process's run asks for the key's lock again, so
+    /// that it takes over from a leader that died or was cut off without a word (Guarantee 30). A
+    /// leader that ends or gives up says so at once; this bounds only the silent case.
+    public var takeOverInterval: Duration
+    /// How often the session connection proves it is alive. A session that does not answer within
+    /// twice this (at least one second) is closed and counts as lost, with every lock it held.
+    public var keepAliveInterval: Duration
 
-    /// A configuration with the defaults: table `coalescing_results`, created by the coalescer,
-    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 5 s to connect.
-    ///
-    /// - Parameter connection: How to connect to PostgreSQL.
-    public init(connection: PostgresConnection.Configuration) {
-        self.connection = connection
-        table = "coalescing_results"
+    /// A configuration with the defaults: table `coalescing_mailbox`, created by the coalescer,
+    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 5 s to reach
+    /// the database, take-over checks every 500 ms, a keep-alive every 500 ms.
+    public init() {
+        table = "coalescing_mailbox"
         createsTable = true
         whenDatabaseUnavailable = .runLocally
         maximumValueBytes = 8 << 20
         resultRetention = .seconds(60)
         connectTimeout = .seconds(5)
+        takeOverInterval = .milliseconds(500)
+        keepAliveInterval = .milliseconds(500)
     }
 
-    /// A configuration from a URL such as `postgres://user:password@127.0.0.1:5432/database`,
-    /// without TLS, with the defaults of ``init(connection:)``.
+    /// The statements that create the table and its sequence, for a migration tool that runs them
+    /// one at a time, when ``createsTable`` is false. Each is idempotent. The table is `UNLOGGED`:
+    /// it holds results for a few seconds, so a crash that empties it costs nothing, and no result
+    /// goes through the write-ahead log or replication.
+    public var migrationStatements: [String] {
+        [
+            "CREATE SEQUENCE IF NOT EXISTS \(quoted(table + "_seq"))",
+            """
+            CREATE UNLOGGED TABLE IF NOT EXISTS \(quoted(table)) (
+                key_hash bytea PRIMARY KEY,
+                key bytea NOT NULL,
+                seq bigint NOT NULL,
+                started bigint NOT NULL,
+                value bytea,
+                failure_kind smallint,
+                failure text,
+                published_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+        ]
+    }
+
+    /// The statements that give `role` what the coalescer needs, for the same migration.
+    /// Advisory locks and notifications need no privilege.
+    ///
+    /// - Parameter role: The role the app connects as; quoted, so any name works.
+    /// - Returns: A `GRANT` on the table and one on its sequence.
+    public func grantStatements(to role: String) -> [String] {
+        [
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON \(quoted(table)) TO \(quoted(role))",
+            "GRANT USAGE, UPDATE ON SEQUENCE \(quoted(table + "_seq")) TO \(quoted(role))",
+        ]
+    }
+
+    /// Refuses what PostgreSQL would refuse later, so that a bad name fails at once, not at every step.
+    func validated() throws -> Self {
+        // NAMEDATALEN is 64: 63 bytes for the sequence's name, `_seq` included.
+        guard !table.isEmpty, table.utf8.count <= 59, !table.contains("\""), !table.contains("\u{0}") else {
+            throw CoalescingPostgresError.invalidConfiguration(
+                "the table name \(table.debugDescription) must be 1 to 59 bytes, without a double quote or NUL")
+        }
+        guard maximumValueBytes > 0, maximumValueBytes < 1 << 30 else {
+            throw CoalescingPostgresError.invalidConfiguration("maximumValueBytes must be between 1 byte and 1 GB")
+        }
+        let durations = [connectTimeout, takeOverInterval, keepAliveInterval, resultRetention]
+        guard durations.allSatisfy({ $0 > .zero }) else {
+            throw CoalescingPostgresError.invalidConfiguration(
+                "connectTimeout, takeOverInterval, keepAliveInterval and resultRetention must be positive")
+        }
+        return self
+    }
+}
+
+/// An identifier as SQL writes it whatever it holds: in double quotes, with each quote doubled.
+func quoted(_ identifier: String) -> String {
+    "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}
+
+extension PostgresClient.Configuration {
+    /// A client configuration from a URL such as `postgres://user:password@host:5432/database`,
+    /// the form of a `DATABASE_URL`. `sslmode=require` (or `verify-full`) requires TLS with the
+    /// system's trust roots and the host's name checked, `sslmode=prefer` uses it when the server
+    /// offers it; without `sslmode`, or with `disable`, the connection is plain. `application_name`
+    /// names the connections in `pg_stat_activity`.
     ///
     /// - Parameter url: A `postgres://` or `postgresql://` URL with a host and a user.
-    /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for another scheme or a URL
-    ///   without host or user.
-    public init(url: String) throws {
+    /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for another scheme, a URL
+    ///   without host or user, or an `sslmode` it does not know.
+    public init(coalescingURL url: String) throws {
         guard let components = URLComponents(string: url), ["postgres", "postgresql"].contains(components.scheme),
             let host = components.host, let user = components.user
         else {
             throw CoalescingPostgresError.invalidConfiguration("not a postgres://user@host/database URL")
         }
+        let tls: TLS
+        switch components.queryItems?.first(where: { $0.name == "sslmode" })?.value {
+        case nil, "disable": tls = .disable
+        case "prefer", "allow": tls = .prefer(.makeClientConfiguration())
+        case "require", "verify-ca", "verify-full": tls = .require(.makeClientConfiguration())
+        case let mode?: throw CoalescingPostgresError.invalidConfiguration("sslmode \(mode) is not one of disable, prefer, require")
+        }
         let database = components.path.split(separator: "/").first.map(String.init)
         self.init(
-            connection: .init(
-                host: host, port: components.port ?? 5432, username: user, password: components.password,
-                database: database, tls: .disable))
-    }
-
-    /// The SQL that creates the table and sequence, for a migration when ``createsTable`` is false.
-    /// Every statement is idempotent.
-    public var migrationSQL: String {
-        """
-        CREATE SEQUENCE IF NOT EXISTS \(table)_seq;
-        CREATE TABLE IF NOT EXISTS \(table) (
-            key text PRIMARY KEY,
-            seq bigint NOT NULL,
-            started bigint NOT NULL,
-            value bytea,
-            failure_kind smallint,
-            failure text,
-            published_at timestamptz NOT NULL DEFAULT now()
-        );
-        """
-    }
-
-    func validated() throws -> Self {
-        let valid =
-            table.utf8.count <= 50 && table.first.map { $0 == "_" || ("a"..."z").contains($0) } == true
-            && table.allSatisfy { $0 == "_" || ("a"..."z").contains($0) || ("0"..."9").contains($0) }
-        guard valid else {
-            throw CoalescingPostgresError.invalidConfiguration(
-                "the table name \(table) is not a lower-case identifier of at most 50 characters")
+            host: host, port: components.port ?? 5432, username: user.removingPercentEncoding ?? user,
+            password: components.password?.removingPercentEncoding, database: database, tls: tls)
+        if let name = components.queryItems?.first(where: { $0.name == "application_name" })?.value {
+            options.additionalStartupParameters.append(("application_name", name))
         }
-        guard maximumValueBytes > 0, maximumValueBytes < 1 << 30 else {
-            throw CoalescingPostgresError.invalidConfiguration("maximumValueBytes must be between 1 byte and 1 GB")
-        }
-        return self
     }
 }
 #endif

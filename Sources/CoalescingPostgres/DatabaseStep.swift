@@ -2,176 +2,127 @@
 import CoalescingOperations
 import Foundation
 import Logging
-import NIOCore
 import PostgresNIO
 
-/// The cross-process half of a ``PostgresCoalescer``: one run per process and key, on a connection
-/// of its own, so that the connection's end (a process killed, a dropped socket) releases the
-/// session advisory lock and lets a waiting process take over.
+/// The cross-process half of a ``PostgresCoalescer``: for one process and key, either the run of
+/// the work here or the value of another process's run.
 ///
 /// The protocol, all of it PostgreSQL's own:
-/// 1. `nextval` of the table's sequence marks the step's arrival.
-/// 2. `pg_advisory_lock(hashtext(table), hashtext(key))` queues behind the process that runs the
-///    work for the key (or for another key with the same hash: that only serialises them).
-/// 3. With the lock, a row for the full key text published after the arrival is this burst's
-///    result: the step returns it. Otherwise the step runs the work and upserts the result.
-/// 4. Closing the connection releases the lock: the next waiter reads the result.
+/// 1. The step registers with the ``Session`` when its first caller arrives: from then on, every
+///    result and release of its key that the channel carries reaches it.
+/// 2. It asks for the key's advisory lock without waiting, on the session. A step that gets it, and
+///    has heard no result since it arrived, runs the work.
+/// 3. The leader publishes the result and its notification in one statement: the database delivers
+///    the notification when the row is committed, to every process at once. Then it releases the
+///    lock and says so on the channel, so that a step that arrived after the result was committed
+///    knows it must run the work itself.
+/// 4. A step that did not get the lock waits for its key's news: a result (read by the full key, on
+///    a pooled connection), a release without one (it asks again, and takes over), or a tick of
+///    ``PostgresCoalescerConfiguration/takeOverInterval`` (a leader that died says nothing; its
+///    session's end released its lock).
 struct DatabaseStep: Sendable {
     let configuration: PostgresCoalescerConfiguration
+    let session: Session
+    let client: PostgresClient
     let recorder: StepRecorder
 
     /// The result for `key`: read from another process's publication, or from running `operation`.
     ///
     /// - Parameters:
     ///   - key: The full key.
-    ///   - freshOnly: Accept only a run that started after this step arrived, for the first step
-    ///     after ``PostgresCoalescer/forget(key:)``.
-    ///   - operation: The work, run here if this step takes the lock and finds no result.
-    /// - Returns: The value, from here or from another process.
+    ///   - freshOnly: Accept only a run that started after this step arrived: the step of a caller
+    ///     registered after ``PostgresCoalescer/forget(key:)``.
+    ///   - operation: The work, run here if this step takes the lock and hears no result.
+    /// - Returns: The value, from here or from another process; with whether it came from a run
+    ///   that started after this step arrived.
     /// - Throws: The work's error, a ``CoalescingPostgresError``, or `CancellationError`.
     func run<Value: Codable & Sendable>(
         key: String, freshOnly: Bool, operation: @Sendable () async throws -> Value
     ) async throws -> Value {
-        let connection: PostgresConnection
-        do {
-            connection = try await connect()
-        } catch {
-            try Task.checkCancellation()
-            return try await unavailable(key: key, error: error, operation: operation)
-        }
-        // A step given up by its last local caller ends its wait for the lock by closing its connection.
-        let outcome: Result<Value, any Error>
-        do {
-            outcome = .success(
-                try await withTaskCancellationHandler {
-                    try await run(key: key, freshOnly: freshOnly, on: connection, operation: operation)
-                } onCancel: {
-                    connection.close().whenComplete { _ in }
-                })
-        } catch {
-            outcome = .failure(error)
-        }
-        // PostgresNIO requires a connection closed before it goes; closing also releases the lock.
-        await connection.closeIfOpen()
-        return try outcome.get()
-    }
-
-    private func run<Value: Codable & Sendable>(
-        key: String, freshOnly: Bool, on connection: PostgresConnection, operation: @Sendable () async throws -> Value
-    ) async throws -> Value {
         let arrived = ContinuousClock.now
-        let lead: Int64
-        let published: Published?
+        let lock = LockKey(table: configuration.table, key: key).value
+        let registration = session.register(lock)
+        defer { session.unregister(registration) }
+        var wakes = registration.wakes.makeAsyncIterator()
+        var after: Int64?
+        var attempted: UInt64?
+        var mustAsk = true
         do {
-            let arrival = try await sequenceValue(on: connection)
-            let tookLock = try await lock(key: key, on: connection)
-            recorder.databaseAnswered()
-            published = try await publishedResult(key: key, after: arrival, freshOnly: freshOnly, on: connection)
-            lead = published == nil ? try await sequenceValue(on: connection) : 0
-            if published == nil {
-                recorder.record(.ranHere(key: key, tookOver: !tookLock)) {
-                    $0.runsHere += 1
-                    if !tookLock { $0.takeOvers += 1 }
+            while true {
+                let news = session.news(for: registration)
+                if let result = news.result, freshOnly ? (after.map { result.started > $0 } ?? false) : true {
+                    if let value: Value = try await served(key: key, result: result, after: freshOnly ? after : nil, since: arrived) {
+                        return value
+                    }
+                    session.discardResult(of: registration)
+                    mustAsk = true
+                }
+                if let release = news.release, let attempted, release.position > attempted { mustAsk = true }
+                if mustAsk {
+                    let answer: Session.LockAnswer
+                    do {
+                        // Twice the session's own bound, so that a session that cannot connect says why first.
+                        answer = try await Bounded.run(within: configuration.connectTimeout * 2) { [session] in
+                            try await session.tryLock(lock, key: key)
+                        }
+                    } catch is SessionLost {
+                        continue
+                    }
+                    if after == nil { after = answer.sequence }
+                    let heard = session.news(for: registration)
+                    let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
+                    if answer.acquired, !freshResult {
+                        // A take-over replaces a run that ended without a result: its leader died,
+                        // lost its session or gave up. A run after a result published before this
+                        // step arrived is only the next run.
+                        let tookOver = attempted != nil && heard.release?.published != true
+                        return try await lead(
+                            key: key, lock: lock, answer: answer, tookOver: tookOver, operation: operation)
+                    }
+                    if answer.acquired { session.unlock(lock, .published, generation: answer.generation) }
+                    if attempted == nil, !freshResult { recorder.record(.waitingForAnotherProcess(key: key)) { _ in } }
+                    attempted = answer.position
+                    mustAsk = false
+                    if freshResult { continue }
+                }
+                switch await wakes.next() {
+                case .news?: break
+                case .tick?, .lost?: mustAsk = true
+                case nil: throw CancellationError()
                 }
             }
-        } catch {
+        } catch let error as CoalescingPostgresError where error.isUnavailable {
             try Task.checkCancellation()
             return try await unavailable(key: key, error: error, operation: operation)
-        }
-        // Outside the `do` above: another process's failure is the callers' answer, not the database's.
-        if let published { return try served(published, key: key, waitedSince: arrived, as: Value.self) }
-        let result: Result<Value, any Error>
-        do {
-            result = .success(try await operation())
-        } catch {
-            result = .failure(error)
-        }
-        await publish(result, key: key, started: lead, on: connection)
-        return try result.get()
-    }
-
-    private func connect() async throws -> PostgresConnection {
-        var connectionConfiguration = configuration.connection
-        let (seconds, attoseconds) = configuration.connectTimeout.components
-        connectionConfiguration.options.connectTimeout = .nanoseconds(
-            seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        let connection = try await PostgresConnection.connect(
-            configuration: connectionConfiguration, id: recorder.nextConnectionID(), logger: recorder.logger)
-        do {
-            if configuration.createsTable, !recorder.isSchemaReady {
-                try await Schema(configuration: configuration).create(on: connection, logger: recorder.logger)
-                recorder.markSchemaReady()
-            }
-            return connection
-        } catch {
-            await connection.closeIfOpen()
+        } catch let error as CoalescingPostgresError {
+            if case .databaseError = error { recorder.databaseError(key: key, error: error) }
             throw error
         }
     }
 
-    private func sequenceValue(on connection: PostgresConnection) async throws -> Int64 {
-        let rows = try await connection.query(
-            "SELECT nextval(\(configuration.table + "_seq"))", logger: recorder.logger)
-        for try await value in rows.decode(Int64.self) { return value }
-        throw CoalescingPostgresError.invalidConfiguration("nextval returned no row")
-    }
+    // MARK: - Leading
 
-    /// Takes the key's lock, waiting if another process holds it; returns whether it was free.
-    private func lock(key: String, on connection: PostgresConnection) async throws -> Bool {
-        let table = configuration.table
-        let rows = try await connection.query(
-            "SELECT pg_try_advisory_lock(hashtext(\(table)), hashtext(\(key)))", logger: recorder.logger)
-        var free = false
-        for try await value in rows.decode(Bool.self) { free = value }
-        if !free {
-            try await connection.perform(
-                "SELECT pg_advisory_lock(hashtext(\(table)), hashtext(\(key)))", logger: recorder.logger)
+    private func lead<Value: Codable & Sendable>(
+        key: String, lock: Int64, answer: Session.LockAnswer, tookOver: Bool, operation: @Sendable () async throws -> Value
+    ) async throws -> Value {
+        recorder.record(.ranHere(key: key, tookOver: tookOver)) {
+            $0.runsHere += 1
+            if tookOver { $0.takeOvers += 1 }
         }
-        return free
-    }
-
-    private struct Published {
-        var value: Data?
-        var failureKind: Int16?
-        var failure: String?
-    }
-
-    private func publishedResult(
-        key: String, after arrival: Int64, freshOnly: Bool, on connection: PostgresConnection
-    ) async throws -> Published? {
-        let rows = try await connection.query(
-            """
-            SELECT value, failure_kind, failure FROM \(unescaped: configuration.table)
-            WHERE key = \(key) AND seq > \(arrival) AND (started > \(arrival) OR NOT \(freshOnly))
-            """, logger: recorder.logger)
-        for try await (value, failureKind, failure) in rows.decode((Data?, Int16?, String?).self) {
-            return Published(value: value, failureKind: failureKind, failure: failure)
+        let result = await Result { try await operation() }
+        if case .failure(let error) = result, error is CancellationError || Task.isCancelled {
+            // Cancelled work publishes nothing: a waiting process runs it.
+            session.unlock(lock, .abandoned, generation: answer.generation)
+            throw error
         }
-        return nil
-    }
-
-    private func served<Value: Decodable>(
-        _ published: Published, key: String, waitedSince arrived: ContinuousClock.Instant, as: Value.Type
-    ) throws -> Value {
-        let failure: CoalescingPostgresError
-        switch (published.value, published.failureKind) {
-        case (let data?, _):
-            do {
-                let value = try JSONDecoder().decode(Value.self, from: data)
-                recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) {
-                    $0.servedFromAnotherProcess += 1
-                }
-                return value
-            } catch {
-                failure = .undecodableValue(String(describing: error))
-            }
-        case (nil, FailureKind.tooLarge):
-            failure = .valueTooLarge(bytes: Int(published.failure ?? "") ?? 0, limit: configuration.maximumValueBytes)
-        case (nil, _):
-            failure = .failedInAnotherProcess(published.failure ?? "unknown error")
+        // This process's callers have their result now; the others hear it when it is committed.
+        // The lock is held until then (a graceful shutdown waits for it), and a caller of this
+        // process that arrives meanwhile waits for the same publication as another process would.
+        Task { [self] in
+            let published = await publish(result, key: key, lock: lock, started: answer.sequence)
+            session.unlock(lock, published ? .published : .abandoned, generation: answer.generation)
         }
-        recorder.record(.failedInAnotherProcess(key: key, error: failure)) { $0.failuresFromAnotherProcess += 1 }
-        throw failure
+        return try result.get()
     }
 
     private enum FailureKind {
@@ -179,12 +130,12 @@ struct DatabaseStep: Sendable {
         static let tooLarge: Int16 = 2
     }
 
-    /// Publishes what the work produced, for the processes waiting on the lock; cancelled work
-    /// publishes nothing, so that a waiting process runs it. A failure to publish never reaches this
-    /// process's callers: they have their result.
-    private func publish<Value: Encodable>(
-        _ result: Result<Value, any Error>, key: String, started: Int64, on connection: PostgresConnection
-    ) async {
+    /// Publishes what the work produced, with its notification, in one statement; returns whether
+    /// it was published. A failure to publish never reaches this process's callers: they have
+    /// their result.
+    private func publish<Value: Encodable & Sendable>(
+        _ result: Result<Value, any Error>, key: String, lock: Int64, started: Int64
+    ) async -> Bool {
         var value: Data?
         var failure: (kind: Int16, message: String)?
         switch result {
@@ -202,45 +153,93 @@ struct DatabaseStep: Sendable {
             } catch {
                 failure = (FailureKind.threw, "the value did not encode: \(error)")
             }
-        case .failure(let error) where error is CancellationError || Task.isCancelled:
-            return
         case .failure(let error):
             failure = (FailureKind.threw, String(describing: error))
         }
+        // `text` holds no NUL; an error's description may.
+        let message = failure?.message.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}")
         let table = configuration.table
-        let (retentionSeconds, retentionAttoseconds) = configuration.resultRetention.components
-        let retention = Double(retentionSeconds) + Double(retentionAttoseconds) / 1e18
+        let keyBytes = Data(key.utf8)
         do {
-            // Bounded: a session the server ended while it sat idle (a restart) was seen to leave a
-            // statement waiting forever, and the leader's callers already have their result.
-            try await Bounded.run(within: configuration.connectTimeout) { [value, failure] in
-                guard !connection.isClosed else {
-                    throw CoalescingPostgresError.databaseUnavailable("connection closed")
-                }
-                try await connection.perform(
+            try await Bounded.run(within: configuration.connectTimeout) { [client, recorder, value, failure] in
+                try await client.perform(
                     """
-                    INSERT INTO \(unescaped: table) (key, seq, started, value, failure_kind, failure, published_at)
-                    VALUES (\(key), nextval(\(table + "_seq")), \(started), \(value), \(failure?.kind), \(failure?.message), now())
-                    ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, started = excluded.started, value = excluded.value,
-                        failure_kind = excluded.failure_kind, failure = excluded.failure, published_at = excluded.published_at
-                    """, logger: recorder.logger
-                )
-                try await connection.perform(
-                    """
-                    DELETE FROM \(unescaped: table) WHERE published_at < now() - make_interval(secs => \(retention))
-                    """, logger: recorder.logger
-                )
+                    WITH published AS (
+                        INSERT INTO \(unescaped: quoted(table)) AS r
+                            (key_hash, key, seq, started, value, failure_kind, failure, published_at)
+                        VALUES (sha256(\(keyBytes)), \(keyBytes), nextval(\(quoted(table + "_seq"))::regclass), \(started),
+                            \(value), \(failure?.kind), \(message), now())
+                        ON CONFLICT (key_hash) DO UPDATE SET key = excluded.key, seq = excluded.seq,
+                            started = excluded.started, value = excluded.value, failure_kind = excluded.failure_kind,
+                            failure = excluded.failure, published_at = excluded.published_at
+                        RETURNING seq)
+                    SELECT pg_notify(\(table), \(String(lock)) || ' ' || seq || ' ' || \(String(started))) FROM published
+                    """, logger: recorder.logger)
             }
+            return true
         } catch {
+            let cause = CoalescingPostgresError(error)
             recorder.logger.warning(
-                "could not publish a result; the processes waiting for it will run the work",
-                metadata: ["key": "\(key)", "error": "\(String(reflecting: error))"])
-            recorder.record(.publishFailed(key: key, error: String(reflecting: error))) { $0.publishFailures += 1 }
+                "could not publish a result; the processes waiting for it will take over",
+                metadata: ["key": "\(key.prefix(200))", "error": "\(cause)"])
+            recorder.record(.publishFailed(key: key, error: cause.description)) { $0.publishFailures += 1 }
+            return false
         }
     }
 
+    // MARK: - Following
+
+    /// The value another process published for `key`, read by the full key; nil if the row now
+    /// holds an older result (gone from the table) or, for a forgetting step, one that started
+    /// before `after`.
+    private func served<Value: Decodable>(
+        key: String, result: (sequence: Int64, started: Int64, position: UInt64), after: Int64?,
+        since arrived: ContinuousClock.Instant
+    ) async throws -> Value? {
+        let keyBytes = Data(key.utf8)
+        let table = configuration.table
+        let row: (Int64, Int64, Data?, Int16?, String?)?
+        do {
+            row = try await Bounded.run(within: configuration.connectTimeout) { [client, recorder] in
+                let rows = try await client.query(
+                    """
+                    SELECT seq, started, value, failure_kind, failure FROM \(unescaped: quoted(table))
+                    WHERE key_hash = sha256(\(keyBytes)) AND key = \(keyBytes)
+                    """, logger: recorder.logger)
+                for try await row in rows.decode((Int64, Int64, Data?, Int16?, String?).self) { return Optional(row) }
+                return nil
+            }
+        } catch let error as CancellationError {
+            throw error
+        } catch {
+            throw CoalescingPostgresError(error)
+        }
+        guard let (sequence, started, data, failureKind, message) = row, sequence >= result.sequence,
+            after.map({ started > $0 }) ?? true
+        else { return nil }
+        let failure: CoalescingPostgresError
+        switch (data, failureKind) {
+        case (let data?, _):
+            do {
+                let value = try JSONDecoder().decode(Value.self, from: data)
+                recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) {
+                    $0.servedFromAnotherProcess += 1
+                }
+                return value
+            } catch {
+                failure = .undecodableValue(String(describing: error))
+            }
+        case (nil, FailureKind.tooLarge):
+            failure = .valueTooLarge(bytes: Int(message ?? "") ?? 0, limit: configuration.maximumValueBytes)
+        case (nil, _):
+            failure = .failedInAnotherProcess(message ?? "unknown error")
+        }
+        recorder.record(.failedInAnotherProcess(key: key, error: failure)) { $0.failuresFromAnotherProcess += 1 }
+        throw failure
+    }
+
     private func unavailable<Value>(
-        key: String, error: any Error, operation: @Sendable () async throws -> Value
+        key: String, error: CoalescingPostgresError, operation: @Sendable () async throws -> Value
     ) async throws -> Value {
         switch configuration.whenDatabaseUnavailable {
         case .runLocally:
@@ -248,39 +247,8 @@ struct DatabaseStep: Sendable {
             return try await operation()
         case .fail:
             recorder.databaseUnavailable(key: key, error: error, ranLocally: false)
-            throw CoalescingPostgresError.databaseUnavailable(String(describing: error))
+            throw error
         }
-    }
-}
-
-/// The table and sequence, created once per coalescer under an advisory lock of their own, since
-/// `CREATE … IF NOT EXISTS` races with itself across sessions.
-struct Schema {
-    let configuration: PostgresCoalescerConfiguration
-
-    func create(on connection: PostgresConnection, logger: Logger) async throws {
-        let table = configuration.table
-        try await connection.perform(
-            "SELECT pg_advisory_lock(hashtext('coalescing-schema'), hashtext(\(table)))", logger: logger
-        )
-        for statement in configuration.migrationSQL.split(separator: ";") where !statement.allSatisfy(\.isWhitespace) {
-            try await connection.perform(PostgresQuery(unsafeSQL: String(statement)), logger: logger)
-        }
-        try await connection.perform(
-            "SELECT pg_advisory_unlock(hashtext('coalescing-schema'), hashtext(\(table)))", logger: logger
-        )
-    }
-}
-extension PostgresConnection {
-    /// Runs a statement whose rows, if any, do not matter, and waits for its end: a lock wait ends
-    /// only when the lock is granted.
-    func perform(_ query: PostgresQuery, logger: Logger) async throws {
-        _ = try await self.query(query, logger: logger).collect()
-    }
-
-    /// Closes the connection unless it is closed already, which PostgresNIO requires before it goes.
-    func closeIfOpen() async {
-        if !isClosed { try? await close() }
     }
 }
 #endif

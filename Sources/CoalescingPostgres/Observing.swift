@@ -1,7 +1,7 @@
 #if Postgres
 import CoalescingOperations
-import Foundation
 import Logging
+import NIOConcurrencyHelpers
 
 /// What a ``PostgresCoalescer`` did across processes, beside what its in-process coalescer did.
 public struct PostgresCoalescingStatistics: Sendable, Equatable, CustomStringConvertible {
@@ -9,24 +9,31 @@ public struct PostgresCoalescingStatistics: Sendable, Equatable, CustomStringCon
     public internal(set) var local = CoalescingStatistics()
     /// Database steps that took the key's lock and ran the work in this process.
     public internal(set) var runsHere = 0
-    /// Of ``runsHere``: runs that waited for another process's lock and found no result, because
-    /// that process died, lost its connection or gave its work up: a take-over.
+    /// Of ``runsHere``: runs that replaced another process's, because its leader died, lost its
+    /// session or gave its work up without a result: a take-over. A run that starts because the
+    /// last result was published before its callers arrived is not one.
     public internal(set) var takeOvers = 0
     /// Database steps served the value another process published: the runs saved across the fleet.
     public internal(set) var servedFromAnotherProcess = 0
     /// Database steps that received another process's failure (its work threw, or its value was
     /// too large to publish).
     public internal(set) var failuresFromAnotherProcess = 0
-    /// Database steps that could not use the database, whatever the policy did then.
+    /// Database steps that could not reach the database, whatever the policy did then.
     public internal(set) var databaseUnavailable = 0
     /// Of ``databaseUnavailable``: steps that ran the work locally, under
     /// ``DatabaseUnavailablePolicy/runLocally``.
     public internal(set) var ranWithoutDatabase = 0
-    /// Results (values or failures) this process could not publish, because its connection was
-    /// lost; the processes that waited for them run the work themselves.
+    /// Database steps whose callers received ``CoalescingPostgresError/databaseError(sqlState:message:)``:
+    /// the database answered, with an error that is not an outage.
+    public internal(set) var databaseErrors = 0
+    /// Results (values or failures) this process could not publish; the processes that waited
+    /// for them take over.
     public internal(set) var publishFailures = 0
     /// Values that encoded to more than the configured maximum and were published as a failure.
     public internal(set) var valuesTooLarge = 0
+    /// Locks this process held for running work when its session ended under them (the session
+    /// was terminated, its network failed): another process may have taken over beside it.
+    public internal(set) var locksLost = 0
 
     /// Everything at zero.
     public init() {}
@@ -35,8 +42,9 @@ public struct PostgresCoalescingStatistics: Sendable, Equatable, CustomStringCon
     public var description: String {
         "runsHere \(runsHere) (takeOvers \(takeOvers)), servedFromAnotherProcess \(servedFromAnotherProcess), "
             + "failuresFromAnotherProcess \(failuresFromAnotherProcess), databaseUnavailable \(databaseUnavailable) "
-            + "(ranWithoutDatabase \(ranWithoutDatabase)), publishFailures \(publishFailures), "
-            + "valuesTooLarge \(valuesTooLarge); local: \(local)"
+            + "(ranWithoutDatabase \(ranWithoutDatabase)), databaseErrors \(databaseErrors), "
+            + "publishFailures \(publishFailures), valuesTooLarge \(valuesTooLarge), locksLost \(locksLost); "
+            + "local: \(local)"
     }
 }
 
@@ -45,43 +53,53 @@ public struct PostgresCoalescingStatistics: Sendable, Equatable, CustomStringCon
 public enum PostgresCoalescingEvent: Sendable, CustomStringConvertible {
     /// An event of the in-process coalescer that every caller of this process goes through.
     case local(CoalescingEvent<String>)
-    /// This process took the key's lock and starts the work; `tookOver` when it had waited for
-    /// another process that published nothing.
+    /// This process took the key's lock and starts the work; `tookOver` when it replaces another
+    /// process's run that ended without a result (see ``PostgresCoalescingStatistics/takeOvers``).
     case ranHere(key: String, tookOver: Bool)
+    /// This process's step for `key` found the key's lock held by another process's run (or by
+    /// another local step whose key shares the lock), and waits for its result.
+    case waitingForAnotherProcess(key: String)
     /// This process received the value another process published; `waited` runs from the step's
-    /// arrival at the database to the value's decoding: the price of joining another instance.
+    /// arrival to the value's decoding: the price of joining another process's run.
     case servedFromAnotherProcess(key: String, waited: Duration)
     /// This process received another process's failure.
     case failedInAnotherProcess(key: String, error: CoalescingPostgresError)
-    /// The database could not be used for `key`; the policy decides what the callers get.
+    /// The database could not be reached for `key`; the policy decides what the callers get.
     case databaseUnavailable(key: String, error: String)
     /// The database answered again after being unavailable.
     case databaseAvailableAgain
-    /// A result could not be published: the other processes waiting will run the work.
+    /// The database answered a step with an error that is not an outage; its callers throw it.
+    case databaseError(key: String, error: CoalescingPostgresError)
+    /// A result could not be published: the other processes waiting take over.
     case publishFailed(key: String, error: String)
+    /// The session ended while this process ran the work for `key`, and with it the key's lock:
+    /// another process may take over beside this run, which goes on for its own callers.
+    case lockLost(key: String, error: CoalescingPostgresError)
 
     /// The event on one line, for logs.
     public var description: String {
         switch self {
         case .local(let event): "local.\(event)"
         case .ranHere(let key, let tookOver): "ranHere(key: \(key), tookOver: \(tookOver))"
+        case .waitingForAnotherProcess(let key): "waitingForAnotherProcess(key: \(key))"
         case .servedFromAnotherProcess(let key, let waited): "servedFromAnotherProcess(key: \(key), waited: \(waited))"
         case .failedInAnotherProcess(let key, let error): "failedInAnotherProcess(key: \(key), error: \(error))"
         case .databaseUnavailable(let key, let error): "databaseUnavailable(key: \(key), error: \(error))"
         case .databaseAvailableAgain: "databaseAvailableAgain"
+        case .databaseError(let key, let error): "databaseError(key: \(key), error: \(error))"
         case .publishFailed(let key, let error): "publishFailed(key: \(key), error: \(error))"
+        case .lockLost(let key, let error): "lockLost(key: \(key), error: \(error))"
         }
     }
 }
 
-/// Counts, reports and logs the database steps' outcomes. `@unchecked Sendable`: `lock` guards
-/// `statistics`, `unavailable`, `schemaReady` and `connections`.
-final class StepRecorder: @unchecked Sendable {
-    private let lock = NSLock()
-    private var statistics = PostgresCoalescingStatistics()
-    private var unavailable = false
-    private var schemaReady = false
-    private var connections = 0
+/// Counts, reports and logs the database steps' outcomes.
+final class StepRecorder: Sendable {
+    private struct State {
+        var statistics = PostgresCoalescingStatistics()
+        var unavailable = false
+    }
+    private let state = NIOLockedValueBox(State())
     let logger: Logger
     let observer: (@Sendable (PostgresCoalescingEvent) -> Void)?
 
@@ -90,47 +108,52 @@ final class StepRecorder: @unchecked Sendable {
         self.observer = observer
     }
 
-    var snapshot: PostgresCoalescingStatistics { lock.withLock { statistics } }
-    var isSchemaReady: Bool { lock.withLock { schemaReady } }
-    func markSchemaReady() { lock.withLock { schemaReady = true } }
-    func nextConnectionID() -> Int {
-        lock.withLock {
-            connections += 1; return connections
-        }
-    }
+    var snapshot: PostgresCoalescingStatistics { state.withLockedValue { $0.statistics } }
 
     func record(_ event: PostgresCoalescingEvent, _ count: (inout PostgresCoalescingStatistics) -> Void) {
-        lock.withLock { count(&statistics) }
+        state.withLockedValue { count(&$0.statistics) }
         observer?(event)
     }
 
-    /// Logs the first failure of a run of failures, and no other: a fleet whose database is down
-    /// would otherwise log once per request.
-    func databaseUnavailable(key: String, error: any Error, ranLocally: Bool) {
-        let message = String(reflecting: error)
-        let first = lock.withLock {
-            statistics.databaseUnavailable += 1
-            if ranLocally { statistics.ranWithoutDatabase += 1 }
-            defer { unavailable = true }
-            return !unavailable
+    /// Logs the first failure of an outage, and no other: a fleet whose database is down would
+    /// otherwise log once per step.
+    func databaseUnavailable(key: String, error: CoalescingPostgresError, ranLocally: Bool) {
+        let first = state.withLockedValue { state in
+            state.statistics.databaseUnavailable += 1
+            if ranLocally { state.statistics.ranWithoutDatabase += 1 }
+            defer { state.unavailable = true }
+            return !state.unavailable
         }
         if first {
             logger.error(
                 "the database is unavailable; until it answers again, work \(ranLocally ? "runs in each process" : "fails")",
-                metadata: ["key": "\(key)", "error": "\(message)"])
+                metadata: ["key": "\(key.prefix(200))", "error": "\(error)"])
         }
-        observer?(.databaseUnavailable(key: key, error: message))
+        observer?(.databaseUnavailable(key: key, error: error.description))
     }
 
     func databaseAnswered() {
-        let wasUnavailable = lock.withLock {
-            defer { unavailable = false }
-            return unavailable
+        let wasUnavailable = state.withLockedValue { state in
+            defer { state.unavailable = false }
+            return state.unavailable
         }
         if wasUnavailable {
             logger.notice("the database answers again; work runs once across processes")
             observer?(.databaseAvailableAgain)
         }
+    }
+
+    func databaseError(key: String, error: CoalescingPostgresError) {
+        logger.warning(
+            "the database refused a step", metadata: ["key": "\(key.prefix(200))", "error": "\(error)"])
+        record(.databaseError(key: key, error: error)) { $0.databaseErrors += 1 }
+    }
+
+    func lockLost(key: String, error: CoalescingPostgresError) {
+        logger.warning(
+            "the session ended while this process ran the work; another process may take over beside it",
+            metadata: ["key": "\(key.prefix(200))", "error": "\(error)"])
+        record(.lockLost(key: key, error: error)) { $0.locksLost += 1 }
     }
 }
 #endif

@@ -1,7 +1,9 @@
 #if Postgres
 import CoalescingOperations
-import Foundation
 import Logging
+import NIOConcurrencyHelpers
+import PostgresNIO
+import ServiceLifecycle
 
 /// Runs identical work once across every process that shares a PostgreSQL database, and hands its
 /// result to every caller in every process.
@@ -9,63 +11,154 @@ import Logging
 /// ```swift
 /// import CoalescingPostgres
 ///
-/// let profiles = try PostgresCoalescer<Profile>(
-///     configuration: PostgresCoalescerConfiguration(url: "postgres://app@127.0.0.1:5432/app"))
+/// struct Profile: Codable, Sendable {
+///     var name: String
+/// }
 ///
-/// func profile(id: String) async throws -> Profile {
-///     try await profiles.value(key: "profile:\(id)", timeout: .seconds(5)) {
-///         try await api.fetchProfile(id: id)
+/// func fetchProfile(id: String) async throws -> Profile {
+///     Profile(name: id)  // the upstream the fleet protects
+/// }
+///
+/// func serve() async throws {
+///     let profiles = try PostgresCoalescer<Profile>(url: "postgres://app@127.0.0.1:5432/app")
+///     async let running: Void = profiles.run()
+///     let profile = try await profiles.value(key: "profile:42", timeout: .seconds(5)) {
+///         try await fetchProfile(id: "42")
 ///     }
+///     print(profile.name)
+///     try await running
 /// }
 /// ```
 ///
+/// The coalescer is a `Service` of swift-service-lifecycle: ``run()`` keeps its session, and its
+/// client when it made one, until a graceful shutdown, which lets the work this process runs finish
+/// and publish first. Add it to the app's `ServiceGroup`, beside the app's `PostgresClient` when it
+/// runs on that one (``init(client:configuration:logger:observer:)``).
+///
 /// Callers in one process join an ``InFlightTaskCoalescer`` first, so a process holds at most one
-/// database step per key; the step queues on a session advisory lock for the key and either reads
-/// the result another process published after it arrived, or runs the work and publishes it. See
-/// the article "Coalescing across processes" for the table, the permissions and what to monitor,
+/// database step per key; the steps of every key share one session connection, which listens for
+/// results and holds the advisory locks, and the pool reads and publishes. See the article
+/// "Coalescing across processes" for the design, the table, the permissions and what to monitor,
 /// and Guarantees 28 to 35 for the contract.
 ///
 /// - Per-caller timeouts and withdrawal work as in the in-process coalescer: only that caller gives
 ///   up. When the last caller of this process has gone, `whenAbandoned` decides whether this
-///   process's database step is dropped (its lock wait ends, or its work is cancelled and another
-///   process takes over) or runs to its end.
-/// - ``cancel(key:)`` and ``cancelAll()`` act on this process only. ``forget(key:)`` makes this
-///   process's next caller wait for a run that starts after it, in any process.
+///   process's step is dropped (or its work cancelled, and another process takes over) or runs to
+///   its end.
+/// - ``cancel(key:)`` and ``cancelAll()`` act on this process only. After ``forget(key:)``, the
+///   callers this process registers need a run that started after it, in any process.
 /// - The value crosses processes as JSON in a `bytea` column, up to
 ///   ``PostgresCoalescerConfiguration/maximumValueBytes``.
-public final class PostgresCoalescer<Value: Codable & Sendable>: Sendable {
-    private let local: InFlightTaskCoalescer<String, Value>
+public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendable {
+    private let configuration: PostgresCoalescerConfiguration
+    private let local: InFlightTaskCoalescer<LocalKey, Value>
+    private let session: Session
     private let step: DatabaseStep
     private let recorder: StepRecorder
-    private let forgotten = ForgottenKeys()
+    private let client: PostgresClient
+    private let ownsClient: Bool
+    /// How many times each key was forgotten since a run that started after its last forget
+    /// served it: callers registered meanwhile share no work with those registered before.
+    private let forgotten = NIOLockedValueBox([String: Int]())
 
-    /// Creates a coalescer; it connects only when work is asked for.
+    /// Creates a coalescer on the app's own `PostgresClient`, which the app runs.
+    ///
+    /// The coalescer leases one of the client's connections for as long as ``run()`` runs (its
+    /// session: notifications and advisory locks), and borrows others briefly to read and publish
+    /// results. That connection must reach PostgreSQL directly or through PgBouncer in session
+    /// mode; see the article "Coalescing across processes".
     ///
     /// - Parameters:
-    ///   - configuration: The database, the table, and what to do while the database is unavailable.
-    ///   - logger: Logs the database becoming unavailable (once) and available again, and results
-    ///     that could not be published.
+    ///   - client: The app's client.
+    ///   - configuration: The table, the policy while the database is unreachable, the limits.
+    ///   - logger: Logs an outage (once) and its end, results that could not be published, lost
+    ///     locks and database errors.
     ///   - observer: Receives every ``PostgresCoalescingEvent``, on the thread that made the step,
     ///     the in-process coalescer's events included as ``PostgresCoalescingEvent/local(_:)``.
-    /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for a table name that is not a
-    ///   plain identifier or a maximum value size out of range.
-    public init(
-        configuration: PostgresCoalescerConfiguration,
+    /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for a table name PostgreSQL
+    ///   cannot take, a maximum value size out of range or a duration that is not positive.
+    public convenience init(
+        client: PostgresClient,
+        configuration: PostgresCoalescerConfiguration = PostgresCoalescerConfiguration(),
         logger: Logger = Logger(label: "CoalescingPostgres"),
         observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
     ) throws {
+        try self.init(client: client, owned: false, configuration, logger, observer)
+    }
+
+    /// Creates a coalescer with a client of its own, from a URL such as a `DATABASE_URL`
+    /// (`postgres://user:password@host:5432/database?sslmode=require`): the short way.
+    /// ``run()`` runs that client too, and stops it last.
+    ///
+    /// - Parameters:
+    ///   - url: A `postgres://` or `postgresql://` URL; see
+    ///     `PostgresClient.Configuration.init(coalescingURL:)` for TLS.
+    ///   - maximumConnections: The most connections this process opens, the session included; at
+    ///     least 2.
+    ///   - configuration: The table, the policy while the database is unreachable, the limits.
+    ///   - logger: As for ``init(client:configuration:logger:observer:)``, and the client's own.
+    ///   - observer: As for ``init(client:configuration:logger:observer:)``.
+    /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for a URL it cannot use,
+    ///   fewer than 2 connections, or a configuration as above.
+    public convenience init(
+        url: String,
+        maximumConnections: Int = 4,
+        configuration: PostgresCoalescerConfiguration = PostgresCoalescerConfiguration(),
+        logger: Logger = Logger(label: "CoalescingPostgres"),
+        observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
+    ) throws {
+        guard maximumConnections >= 2 else {
+            throw CoalescingPostgresError.invalidConfiguration("maximumConnections must be at least 2: the session and one more")
+        }
+        var clientConfiguration = try PostgresClient.Configuration(coalescingURL: url)
+        clientConfiguration.options.maximumConnections = maximumConnections
+        clientConfiguration.options.connectTimeout = configuration.connectTimeout
+        let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
+        try self.init(client: client, owned: true, configuration, logger, observer)
+    }
+
+    private init(
+        client: PostgresClient, owned: Bool, _ configuration: PostgresCoalescerConfiguration, _ logger: Logger,
+        _ observer: (@Sendable (PostgresCoalescingEvent) -> Void)?
+    ) throws {
+        self.configuration = try configuration.validated()
+        self.client = client
+        ownsClient = owned
         recorder = StepRecorder(logger: logger, observer: observer)
-        step = DatabaseStep(configuration: try configuration.validated(), recorder: recorder)
-        let localObserver: (@Sendable (CoalescingEvent<String>) -> Void)? =
-            if let observer { { observer(.local($0)) } } else { nil }
+        session = Session(configuration: self.configuration, recorder: recorder)
+        step = DatabaseStep(configuration: self.configuration, session: session, client: client, recorder: recorder)
+        let localObserver: (@Sendable (CoalescingEvent<LocalKey>) -> Void)? =
+            if let observer { { observer(.local($0.map(\.key))) } } else { nil }
         local = InFlightTaskCoalescer(observer: localObserver)
+    }
+
+    /// Keeps the coalescer's session (and its client, when it made one) until the task is
+    /// cancelled or a graceful shutdown begins. On a graceful shutdown, new steps stop using the
+    /// database (``PostgresCoalescerConfiguration/whenDatabaseUnavailable`` decides for them),
+    /// steps waiting for another process end the same way, and the work this process runs finishes
+    /// and publishes its result before the session closes; work given up on the way is taken over
+    /// by another process. Call it once.
+    public func run() async throws {
+        let clientRun: Task<Void, Never>? = ownsClient ? Task.detached { [client] in await client.run() } : nil
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await session.run(client: client)
+            } onGracefulShutdown: { [session] in
+                session.stop(draining: true)
+            }
+        } onCancel: { [session] in
+            session.stop(draining: false)
+        }
+        clientRun?.cancel()
+        await clientRun?.value
     }
 
     /// Returns the result of the work for `key` in flight in any process sharing the database, or
     /// runs `operation` here if there is none.
     ///
     /// - Parameters:
-    ///   - key: Equal for calls that do the same work, in every process: a string that names it.
+    ///   - key: Equal for calls that do the same work, in every process: any string, of any length
+    ///     and content, that names it.
     ///   - timeout: How long this caller waits at most; when it passes, this caller alone throws
     ///     `CoalescingError.timedOut`.
     ///   - whenAbandoned: What happens to this process's step when its last caller withdraws, for
@@ -73,29 +166,35 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Sendable {
     ///   - operation: The work, run in this process if it takes the key's lock.
     /// - Returns: The work's value, the same for every caller in every process.
     /// - Throws: The work's error, when it ran here; ``CoalescingPostgresError`` for what another
-    ///   process reported or the database's absence under ``DatabaseUnavailablePolicy/fail``;
-    ///   `CancellationError` or `CoalescingError` as the in-process coalescer throws them.
+    ///   process reported, a database error, or the database's absence under
+    ///   ``DatabaseUnavailablePolicy/fail``; `CancellationError` or `CoalescingError` as the
+    ///   in-process coalescer throws them.
     public func value(
         key: String,
         timeout: Duration? = nil,
         whenAbandoned: AbandonedWorkPolicy = .cancel,
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
-        try await local.value(
-            key: key, name: "coalescing-postgres \(key)", timeout: timeout, whenAbandoned: whenAbandoned
-        ) {
-            [step, forgotten] in
-            try await step.run(key: key, freshOnly: forgotten.take(key), operation: operation)
+        let forgets = forgotten.withLockedValue { $0[key] ?? 0 }
+        return try await local.value(
+            key: LocalKey(key: key, forgets: forgets), name: "coalescing-postgres \(key.prefix(64))", timeout: timeout,
+            whenAbandoned: whenAbandoned
+        ) { [step, forgotten] in
+            let value = try await step.run(key: key, freshOnly: forgets > 0, operation: operation)
+            // A run that started after the forget served these callers; runs of a key never overlap,
+            // so every later one starts after it too.
+            if forgets > 0 { forgotten.withLockedValue { if $0[key] == forgets { $0[key] = nil } } }
+            return value
         }
     }
 
-    /// Cancels this process's step for `key`: its callers throw `CancellationError`. Local: if this
-    /// process ran the work, another process waiting for the key takes over and runs it.
+    /// Cancels this process's step for `key`: its callers throw `CoalescingError.cancelled`. Local:
+    /// if this process ran the work, another process waiting for the key takes over and runs it.
     ///
     /// - Parameter key: The key whose step to cancel.
     /// - Returns: Whether a step was in flight here for `key`.
     @discardableResult public func cancel(key: String) -> Bool {
-        local.cancel(key: key)
+        local.cancel(key: LocalKey(key: key, forgets: forgotten.withLockedValue { $0[key] ?? 0 }))
     }
 
     /// Cancels every step of this process; other processes are not told.
@@ -105,14 +204,42 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Sendable {
         local.cancelAll()
     }
 
-    /// Makes this process's next caller of `key` start a new step that accepts only a run started
-    /// after it, in any process: use it after a write. Callers already waiting keep their step.
+    /// Makes the callers of `key` that this process registers from now on need a run that started
+    /// after this call, in any process: use it after a write. Callers registered before keep the
+    /// step they have; the two never share one.
     ///
     /// - Parameter key: The key to forget.
     /// - Returns: Whether a step was in flight here for `key`.
     @discardableResult public func forget(key: String) -> Bool {
-        forgotten.insert(key)
-        return local.forget(key: key)
+        let before = forgotten.withLockedValue { forgotten in
+            defer { forgotten[key, default: 0] += 1 }
+            return forgotten[key] ?? 0
+        }
+        return local.forget(key: LocalKey(key: key, forgets: before))
+    }
+
+    /// Checks that the table, its sequence and the privileges on them are there, creating them
+    /// first when ``PostgresCoalescerConfiguration/createsTable`` is true: a readiness check, so
+    /// that a deploy whose migration did not run fails instead of coalescing per process.
+    ///
+    /// - Throws: ``CoalescingPostgresError/schemaNotReady(_:)`` naming each missing piece; another
+    ///   ``CoalescingPostgresError`` when the database cannot be asked.
+    public func checkSchema() async throws {
+        let schema = Schema(configuration: configuration)
+        let missing: [String]
+        do {
+            missing = try await Bounded.run(within: configuration.connectTimeout) { [client, recorder, configuration] in
+                if configuration.createsTable {
+                    try await client.withConnection { try await schema.create(on: $0, logger: recorder.logger) }
+                }
+                return try await schema.missing(on: client, logger: recorder.logger)
+            }
+        } catch let error as CancellationError {
+            throw error
+        } catch {
+            throw CoalescingPostgresError(error)
+        }
+        guard missing.isEmpty else { throw CoalescingPostgresError.schemaNotReady(missing) }
     }
 
     /// What this process's coalescer has done, across processes and within this one.
@@ -123,13 +250,11 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Sendable {
     }
 }
 
-/// The keys forgotten since their last step started. `@unchecked Sendable`: `lock` guards `keys`.
-final class ForgottenKeys: @unchecked Sendable {
-    private let lock = NSLock()
-    private var keys = Set<String>()
-
-    func insert(_ key: String) { _ = lock.withLock { keys.insert(key) } }
-    func take(_ key: String) -> Bool { lock.withLock { keys.remove(key) != nil } }
+/// The in-process coalescer's key: callers registered after a forget never share a step with
+/// those registered before it.
+struct LocalKey: Hashable, Sendable {
+    var key: String
+    var forgets: Int
 }
 #else
 /// Whether this build has the `Postgres` trait: false here. Enable it to get `PostgresCoalescer`:

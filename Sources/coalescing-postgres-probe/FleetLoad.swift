@@ -45,7 +45,7 @@ struct FleetLoad {
             }
             let role = ranHere() > before ? "led" : "joined"
             for latency in latencies {
-                say("request \(burst) \(String(format: "%.3f", latency.seconds * 1000)) \(role)")
+                Probe.say("request \(burst) \(String(format: "%.3f", latency.seconds * 1000)) \(role)")
             }
         }
     }

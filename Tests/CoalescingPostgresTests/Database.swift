@@ -18,18 +18,29 @@ enum Database {
         return url
     }
 
+    /// The URL with another user, for the tests that need a role of their own.
+    static func url(user: String) throws -> String {
+        var components = try XCTUnwrap(URLComponents(string: url()))
+        components.user = user
+        return try XCTUnwrap(components.string)
+    }
+
     /// A configuration with a table of its own, so that no test sees another's results or locks.
-    static func configuration(_ name: String) throws -> PostgresCoalescerConfiguration {
-        var configuration = try PostgresCoalescerConfiguration(url: url())
+    static func configuration(_ name: String) -> PostgresCoalescerConfiguration {
+        var configuration = PostgresCoalescerConfiguration()
         configuration.table = "t_\(name)_\(UInt32.random(in: 0 ... .max))"
         return configuration
     }
 
     /// Runs `body` on a connection of the test's own, closed afterwards.
     static func withConnection<Result>(_ body: (PostgresConnection) async throws -> Result) async throws -> Result {
-        let configuration = try PostgresCoalescerConfiguration(url: url())
+        let configuration = try PostgresClient.Configuration(coalescingURL: url())
         let connection = try await PostgresConnection.connect(
-            configuration: configuration.connection, id: 1, logger: logger)
+            configuration: .init(
+                host: configuration.host ?? "127.0.0.1", port: configuration.port ?? 5432,
+                username: configuration.username, password: configuration.password, database: configuration.database,
+                tls: .disable),
+            id: 1, logger: logger)
         do {
             let result = try await body(connection)
             try await connection.close()
@@ -40,21 +51,21 @@ enum Database {
         }
     }
 
+    /// Runs statements on a connection of the test's own.
+    static func execute(_ statements: PostgresQuery...) async throws {
+        try await withConnection { connection in
+            for statement in statements { _ = try await connection.query(statement, logger: logger).collect() }
+        }
+    }
+
     /// One integer that a query returns.
     static func integer(_ query: PostgresQuery, on connection: PostgresConnection) async throws -> Int {
         for try await value in try await connection.query(query, logger: logger).decode(Int.self) { return value }
         return 0
     }
 
-    /// How many database steps wait for a key's lock (two-key advisory locks; a gate is a
-    /// one-key lock).
-    static func stepsWaiting(on connection: PostgresConnection) async throws -> Int {
-        try await integer(
-            "SELECT count(*)::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND NOT granted",
-            on: connection)
-    }
-
-    /// How many sessions wait at a one-key advisory lock: the probes' gate.
+    /// How many sessions wait at a one-key advisory lock: the probes' gate (the coalescer's own
+    /// locks are only ever tried, never waited for).
     static func gateWaiters(on connection: PostgresConnection) async throws -> Int {
         try await integer(
             "SELECT count(*)::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted",
@@ -71,6 +82,51 @@ enum Database {
                 guard ContinuousClock.now < deadline else { throw error }
                 try await Task.sleep(for: .milliseconds(50))
             }
+        }
+    }
+}
+
+/// A coalescer of this test process, running as an app runs it, for as long as the test does.
+/// Two of them on one table stand for two processes: each has its own client, session and
+/// in-process coalescer, exactly as two processes would.
+func runningCoalescer(
+    _ test: XCTestCase, configuration: PostgresCoalescerConfiguration, url: String? = nil,
+    logger: Logger = Logger(label: "test"), observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
+) throws -> PostgresCoalescer<String> {
+    let coalescer = try PostgresCoalescer<String>(
+        url: url ?? Database.url(), configuration: configuration, logger: logger, observer: observer)
+    let running = Task { try await coalescer.run() }
+    test.addTeardownBlock {
+        running.cancel()
+        _ = await running.result
+    }
+    return coalescer
+}
+
+/// The events of a coalescer, kept for a test to wait on and read.
+final class EventLog: Sendable {
+    private let events = LockedBox<[PostgresCoalescingEvent]>([])
+
+    var all: [PostgresCoalescingEvent] { events.value }
+
+    func record(_ event: PostgresCoalescingEvent) { events.mutate { $0.append(event) } }
+
+    /// How many events of this process's steps waited for another process's run of `key`.
+    func waiting(for key: String) -> Int {
+        all.filter { if case .waitingForAnotherProcess(key) = $0 { true } else { false } }.count
+    }
+
+    /// Waits until this process's in-process coalescer has started work for `key`.
+    func waitUntilStarted(_ key: String, file: StaticString = #filePath, line: UInt = #line) async {
+        await waitUntil("work for \(key.prefix(40)) started here", file: file, line: line) {
+            self.all.contains { if case .local(.workStarted(key, _)) = $0 { true } else { false } }
+        }
+    }
+
+    /// Waits until a step for `key` waits for another process's run.
+    func waitUntilWaiting(for key: String, count: Int = 1, file: StaticString = #filePath, line: UInt = #line) async {
+        await waitUntil("a step waits for another process's run of \(key.prefix(40))", file: file, line: line) {
+            self.waiting(for: key) >= count
         }
     }
 }

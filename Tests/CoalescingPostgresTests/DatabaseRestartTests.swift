@@ -12,7 +12,7 @@ final class DatabaseRestartTests: XCTestCase {
             throw XCTSkip(
                 "COALESCING_POSTGRES_RESTART is not set: .ci/postgres sets the command that restarts the cluster")
         }
-        let table = try Database.configuration("restart").table
+        let table = Database.configuration("restart").table
         let fleet = try ProbeFleet()
         let gate = try await FleetGate.hold()
         try fleet.start(4, key: "feed:home", table: table, gate: gate.key)

@@ -36,17 +36,18 @@ final class ProbeFleet {
     }
 
     /// Starts `count` probes asking for `key`.
-    func start(_ count: Int, key: String, table: String, gate: Int64, extra: [String] = []) throws {
+    func start(_ count: Int, key: String, table: String, gate: Int64, url: String? = nil, extra: [String] = []) throws {
+        try start(count, arguments: ["--key", key, "--table", table, "--gate", String(gate)] + extra, url: url)
+    }
+
+    /// Starts `count` probes with these arguments besides the URL and the runs file.
+    func start(_ count: Int, arguments: [String], url: String? = nil) throws {
         for _ in 0..<count {
             let output = directory.appendingPathComponent("probe-\(outputs.count)")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
             let probe = Process()
             probe.executableURL = Self.executable
-            probe.arguments =
-                [
-                    "--url", try Database.url(), "--key", key, "--table", table, "--runs-file", runsFile,
-                    "--gate", String(gate),
-                ] + extra
+            probe.arguments = ["--url", try url ?? Database.url(), "--runs-file", runsFile] + arguments
             probe.standardOutput = try FileHandle(forWritingTo: output)
             probe.standardError = probe.standardOutput
             probe.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
@@ -85,19 +86,22 @@ final class ProbeFleet {
         for probe in probes where probe.isRunning { probe.terminate() }
     }
 
-    /// Waits until the burst stands: one probe runs the work (at its gate), `waiting` wait for the
-    /// key's lock, `runs` runs so far.
+    /// Waits until the burst stands: `runs` runs so far, the last one at its gate, and `waiting`
+    /// probes said that their step waits for another process's run.
     func waitForBurst(waiting: Int, runs: Int, file: StaticString = #filePath, line: UInt = #line) async throws {
         try await Database.withConnection { connection in
             await waitUntil("\(waiting) probes wait and one runs the work", seconds: 30, file: file, line: line) {
                 try? await Task.sleep(for: .milliseconds(20))
-                let steps = (try? await Database.stepsWaiting(on: connection)) ?? -1
                 let gate = (try? await Database.gateWaiters(on: connection)) ?? -1
-                // At least: a killed leader's session stays at the gate until the gate opens, since a
-                // backend waiting for a lock does not read its socket.
-                return steps == waiting && gate >= 1 && self.runs.count == runs
+                let said = self.probes.indices.filter { self.output(of: $0).contains("\nwaiting\n") }.count
+                return said >= waiting && gate >= 1 && self.runs.count == runs
             }
         }
+    }
+
+    /// The lines of every probe, in order of start.
+    var lines: [[Substring]] {
+        probes.indices.map { output(of: $0).split(separator: "\n") }
     }
 }
 
@@ -112,10 +116,13 @@ struct FleetGate: Sendable {
 
     /// Returns once the test's session holds the lock.
     static func hold() async throws -> FleetGate {
-        let configuration = try PostgresCoalescerConfiguration(url: Database.url())
+        let configuration = try PostgresClient.Configuration(coalescingURL: Database.url())
         let gate = FleetGate(
             connection: try await PostgresConnection.connect(
-                configuration: configuration.connection, id: 2, logger: Database.logger))
+                configuration: .init(
+                    host: configuration.host ?? "127.0.0.1", port: configuration.port ?? 5432,
+                    username: configuration.username, password: nil, database: configuration.database, tls: .disable),
+                id: 2, logger: Database.logger))
         _ = try await gate.connection.query("SELECT pg_advisory_lock(\(gate.key))", logger: Database.logger).collect()
         return gate
     }

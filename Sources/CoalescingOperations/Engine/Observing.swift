@@ -176,7 +176,12 @@ extension CoalescingEvent: CustomStringConvertible {
     }
 
     /// The same event under another key: the manager reports identifiers, not its inner keys.
-    func map<Other>(_ transform: (Key) -> Other) -> CoalescingEvent<Other> {
+    /// The same event with its key transformed: for a front-end whose in-process key carries more
+    /// than the key its users see (the Postgres coalescer's keys carry how often they were forgotten).
+    ///
+    /// - Parameter transform: Maps this event's key to the one to report.
+    /// - Returns: The event, under the transformed key.
+    public func map<Other>(_ transform: (Key) -> Other) -> CoalescingEvent<Other> {
         switch self {
         case .workStarted(let key, let work): .workStarted(key: transform(key), work: work)
         case .callerJoined(let key, let work, let callers):

@@ -1,0 +1,651 @@
+#if Postgres
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import PostgresNIO
+
+/// The one connection of a process that listens on the table's channel and holds its advisory
+/// locks: leased from the pool for as long as the coalescer runs, so that a process holds the pool
+/// and this one session, whatever the keys in flight.
+///
+/// Steps never open a connection to wait. A step registers at its arrival (``register(_:)``), and
+/// from then on every notification about its key reaches it, in the order the database committed
+/// them; `position` counts the notifications heard, so that a step tells what came after it
+/// arrived. Its lock requests wait in ``State/pending`` and go out together, one statement for all
+/// of them (``execute(_:on:)``), followed by a barrier: once the barrier answers, every
+/// notification committed before the locks were granted has been heard, because PostgreSQL sends
+/// a session's notifications before it reports the session ready for its next statement.
+///
+/// Lock order: `state` is the only lock here, and nothing is called while it is held but
+/// `AsyncStream.Continuation.yield`, which takes no lock of ours.
+final class Session: Sendable {
+    let configuration: PostgresCoalescerConfiguration
+    let recorder: StepRecorder
+    private let state = NIOLockedValueBox(State())
+    /// Wakes the statement loop: a request, an unlock or a keep-alive is waiting.
+    private let kicks: AsyncStream<Void>
+    private let kick: AsyncStream<Void>.Continuation
+
+    init(configuration: PostgresCoalescerConfiguration, recorder: StepRecorder) {
+        self.configuration = configuration
+        self.recorder = recorder
+        (kicks, kick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    // MARK: - Steps
+
+    /// A step's place in the channel: what it has heard about its key since it arrived.
+    struct Registration: Sendable {
+        let id: Int
+        let lock: Int64
+        let arrival: UInt64
+        let wakes: AsyncStream<Wake>
+    }
+
+    /// Why a waiting step should look again.
+    enum Wake: Sendable {
+        case news, tick, lost
+    }
+
+    /// The latest result and the latest release of a key heard after a step arrived.
+    struct News: Sendable {
+        var result: (sequence: Int64, started: Int64, position: UInt64)?
+        var release: (published: Bool, position: UInt64)?
+    }
+
+    /// A lock request's answer, once every notification committed before it has been heard.
+    struct LockAnswer: Sendable {
+        var acquired: Bool
+        /// `nextval` of the table's sequence, taken with the lock: a run's start, and the line a
+        /// forgetting step's run must start after.
+        var sequence: Int64
+        var position: UInt64
+        var generation: Int
+    }
+
+    /// What a leader's release tells the others.
+    enum Release: String, Sendable {
+        /// A result for the key was published before the lock was released.
+        case published
+        /// The leader gave up without a result: a waiting process takes over.
+        case abandoned
+        /// A second lock of this process on a key it already leads: no one is told.
+        case silent = ""
+    }
+
+    func register(_ lock: Int64) -> Registration {
+        let (wakes, wake) = AsyncStream.makeStream(of: Wake.self, bufferingPolicy: .bufferingNewest(1))
+        return state.withLockedValue { state in
+            state.nextID += 1
+            state.waiters[lock, default: [:]][state.nextID] = Waiter(wake: wake)
+            return Registration(id: state.nextID, lock: lock, arrival: state.heard, wakes: wakes)
+        }
+    }
+
+    func unregister(_ registration: Registration) {
+        let waiter = state.withLockedValue { state in
+            defer { if state.waiters[registration.lock]?.isEmpty == true { state.waiters[registration.lock] = nil } }
+            return state.waiters[registration.lock]?.removeValue(forKey: registration.id)
+        }
+        waiter?.wake.finish()
+    }
+
+    func news(for registration: Registration) -> News {
+        state.withLockedValue { $0.waiters[registration.lock]?[registration.id]?.news ?? News() }
+    }
+
+    /// Forgets a result that turned out to be gone from the table, so that the step asks again.
+    func discardResult(of registration: Registration) {
+        state.withLockedValue { $0.waiters[registration.lock]?[registration.id]?.news.result = nil }
+    }
+
+    /// Asks for the key's lock without waiting for it; answers once the notifications committed
+    /// before the answer have been heard.
+    ///
+    /// - Throws: ``CoalescingPostgresError/databaseUnavailable(_:)`` while the session is down or
+    ///   stopping; `CancellationError` if the step is cancelled first (a lock granted meanwhile is
+    ///   released for the others).
+    func tryLock(_ lock: Int64, key: String) async throws -> LockAnswer {
+        let id = state.withLockedValue { state in
+            state.nextID += 1
+            return state.nextID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<LockAnswer, any Error>) in
+                let refused: CoalescingPostgresError? = state.withLockedValue { state in
+                    switch state.phase {
+                    case .down(let error): return error
+                    case .stopping, .stopped: return .databaseUnavailable("the coalescer is shutting down")
+                    case .idle, .connecting, .ready:
+                        state.pending.append(Request(id: id, lock: lock, key: key, continuation: continuation))
+                        return nil
+                    }
+                }
+                if let refused { continuation.resume(throwing: refused) } else { kick.yield() }
+            }
+        } onCancel: {
+            let request = state.withLockedValue { state -> Request? in
+                if let index = state.pending.firstIndex(where: { $0.id == id }) { return state.pending.remove(at: index) }
+                if state.inFlight.contains(id) { state.cancelledInFlight.insert(id) }
+                return nil
+            }
+            request?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Releases a lock this step holds, in the session generation that granted it; a lock of a
+    /// session that has since been lost is gone already.
+    func unlock(_ lock: Int64, _ release: Release, generation: Int) {
+        let queued = state.withLockedValue { state in
+            guard state.generation == generation, state.lostGeneration < generation else { return false }
+            if release != .silent { state.leaders[lock] = nil }
+            state.unlocks.append((lock, release))
+            return true
+        }
+        if queued { kick.yield() }
+    }
+
+    // MARK: - The session's life
+
+    /// Keeps a session open on `client` until `stop` ends it: reconnects after a loss, marks the
+    /// database unavailable when it cannot connect within the configured time, keeps the session
+    /// alive, wakes waiting steps for take-over checks, and sweeps old results.
+    func run(client: PostgresClient) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.repeating(every: self.configuration.takeOverInterval) { self.tick() } }
+            group.addTask { await self.repeating(every: self.configuration.keepAliveInterval) { self.keepAlive() } }
+            group.addTask {
+                await self.repeating(every: self.configuration.resultRetention) { await self.sweep(client) }
+            }
+            await connectUntilStopped(client)
+            group.cancelAll()
+        }
+    }
+
+    /// Stops taking requests; `draining` lets the steps that lead finish and release their locks
+    /// first (a graceful shutdown), otherwise everything ends at once.
+    func stop(draining: Bool) {
+        let (requests, waiters) = state.withLockedValue { state in
+            state.phase = draining && state.isLeading ? .stopping : .stopped
+            defer { state.pending = [] }
+            return (state.pending, state.waiters.values.flatMap(\.values))
+        }
+        for request in requests {
+            request.continuation.resume(throwing: CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down"))
+        }
+        for waiter in waiters { waiter.wake.yield(.lost) }
+        kick.yield()
+    }
+
+    private func connectUntilStopped(_ client: PostgresClient) async {
+        var backoff = Duration.milliseconds(50)
+        while !Task.isCancelled {
+            guard let generation = beginConnecting() else { return }
+            let deadline = Task { [configuration] in
+                try await Task.sleep(for: configuration.connectTimeout)
+                self.connectionFailed(
+                    .databaseUnavailable(
+                        "could not open a session within \(configuration.connectTimeout): the database refuses or does "
+                            + "not answer connections (the client's log says why)"),
+                    generation: generation)
+            }
+            do {
+                try await client.withConnection { connection in
+                    deadline.cancel()
+                    try await self.serve(connection, generation: generation)
+                }
+                return
+            } catch {
+                deadline.cancel()
+                let failure = CoalescingPostgresError(error)
+                lost(generation, failure)
+                // A session that was serving reconnects at once; one that could not be had waits a little longer each time.
+                if !wasReady(generation) {
+                    connectionFailed(failure, generation: generation)
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, .seconds(2))
+                } else {
+                    backoff = .milliseconds(50)
+                }
+            }
+        }
+    }
+
+    /// Prepares a leased connection as the session, then runs its statements until the coalescer
+    /// stops; throws when the session is lost.
+    private func serve(_ connection: PostgresConnection, generation: Int) async throws {
+        let logger = recorder.logger
+        let table = configuration.table
+        // The session must outlive the database's idle timeouts while a leader's work runs; it is
+        // this session's own setting, reset before the connection goes back to the pool.
+        try await connection.perform(
+            """
+            SELECT set_config(name, '0', false) FROM pg_settings
+            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+            """, logger: logger)
+        if configuration.createsTable {
+            try await Schema(configuration: configuration).create(on: connection, logger: logger)
+        }
+        let listening = connection.addListener(channel: table) { [weak self] _, notification in
+            self?.heard(notification.payload, generation: generation)
+        }
+        defer { listening.stop() }
+        try await hello(on: connection)
+        connection.closeFuture.whenComplete { [weak self] _ in
+            self?.lost(generation, CoalescingPostgresError.databaseUnavailable("the session's connection closed"))
+        }
+        becameReady(generation)
+        for await _ in kicks {
+            while let batch = takeBatch(generation) {
+                try await execute(batch, on: connection)
+            }
+            if isOver(generation) { break }
+        }
+        guard isStopped else { throw CoalescingPostgresError.databaseUnavailable("the session's connection closed") }
+        try? await connection.perform("SELECT pg_advisory_unlock_all()", logger: logger)
+        try? await connection.perform(
+            """
+            SELECT set_config(name, reset_val, false) FROM pg_settings
+            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+            """, logger: logger)
+    }
+
+    /// Proves the channel is heard before any step counts on it: a notification of its own, back.
+    private func hello(on connection: PostgresConnection) async throws {
+        let token = UUID().uuidString
+        try await Bounded.run(within: configuration.connectTimeout) { [self, configuration, recorder] in
+            async let heard: Void = withCheckedContinuation { continuation in
+                state.withLockedValue { $0.hello = (token, continuation) }
+            }
+            try await connection.perform(
+                "SELECT pg_notify(\(configuration.table), \("hello " + token))", logger: recorder.logger)
+            await heard
+        }
+    }
+
+    private func execute(_ batch: Batch, on connection: PostgresConnection) async throws {
+        let logger = recorder.logger
+        do {
+            if !batch.unlocks.isEmpty {
+                try await statement(on: connection) {
+                    try await connection.perform(
+                        """
+                        SELECT pg_advisory_unlock(u.id),
+                            CASE WHEN u.how <> '' THEN pg_notify(\(configuration.table), u.id::text || ' released ' || u.how) END
+                        FROM unnest(\(batch.unlocks.map(\.0))::bigint[], \(batch.unlocks.map(\.1.rawValue))::text[]) AS u(id, how)
+                        """, logger: logger)
+                }
+            }
+            if !batch.requests.isEmpty {
+                var answers: [(Bool, Int64)] = []
+                try await statement(on: connection) {
+                    let rows = try await connection.query(
+                        """
+                        SELECT pg_try_advisory_lock(l.id), nextval(\(quoted(configuration.table + "_seq"))::regclass)
+                        FROM unnest(\(batch.requests.map(\.lock))::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
+                        """, logger: logger)
+                    for try await answer in rows.decode((Bool, Int64).self) { answers.append(answer) }
+                    // The barrier: see the type's comment.
+                    if answers.contains(where: \.0) { try await connection.perform("SELECT 1", logger: logger) }
+                }
+                answered(batch, answers)
+            }
+            if batch.keepAlive {
+                try await statement(on: connection) { try await connection.perform("SELECT 1", logger: logger) }
+            }
+        } catch {
+            let failure = CoalescingPostgresError(error)
+            guard failure.isUnavailable else {
+                // The database answered with an error (a missing sequence, a privilege): the steps'
+                // callers hear it, and the session goes on.
+                for request in batch.requests { request.continuation.resume(throwing: failure) }
+                return
+            }
+            // The step asks again, in the next session, within its own deadline.
+            for request in batch.requests { request.continuation.resume(throwing: SessionLost()) }
+            throw error
+        }
+    }
+
+    /// Runs one statement of the session under the watchdog that ``keepAlive()`` reads.
+    private func statement(on connection: PostgresConnection, _ body: () async throws -> Void) async throws {
+        state.withLockedValue { $0.statementSince = (.now, connection) }
+        defer { state.withLockedValue { $0.statementSince = nil } }
+        try await body()
+    }
+
+    // MARK: - Events of the session, under the lock
+
+    private func beginConnecting() -> Int? {
+        state.withLockedValue { state in
+            switch state.phase {
+            case .stopping, .stopped: return nil
+            case .idle, .connecting, .ready, .down:
+                state.generation += 1
+                // A session that was down stays down for new steps until one connects again.
+                if case .down = state.phase {} else { state.phase = .connecting }
+                return state.generation
+            }
+        }
+    }
+
+    private func becameReady(_ generation: Int) {
+        let wasDown = state.withLockedValue { state in
+            guard state.generation == generation, state.lostGeneration < generation else { return false }
+            state.readyGeneration = generation
+            switch state.phase {
+            case .stopping, .stopped: return false
+            case .down:
+                state.phase = .ready
+                return true
+            case .idle, .connecting, .ready:
+                state.phase = .ready
+                return false
+            }
+        }
+        if wasDown { recorder.databaseAnswered() }
+        kick.yield()
+    }
+
+    private func wasReady(_ generation: Int) -> Bool {
+        state.withLockedValue { $0.readyGeneration == generation }
+    }
+
+    /// No session could be had within the configured time: the waiting requests fail, and so does
+    /// every new one until a session connects again.
+    private func connectionFailed(_ error: CoalescingPostgresError, generation: Int) {
+        let requests = state.withLockedValue { state in
+            guard state.generation == generation, state.readyGeneration != generation else { return [Request]() }
+            switch state.phase {
+            case .stopping, .stopped: return []
+            case .idle, .connecting, .ready, .down:
+                state.phase = .down(error)
+                defer { state.pending = [] }
+                return state.pending
+            }
+        }
+        for request in requests { request.continuation.resume(throwing: error) }
+    }
+
+    /// A session ended under its steps: the locks it held are gone, and every waiting step looks
+    /// again; requests not yet sent wait for the next session.
+    private func lost(_ generation: Int, _ error: CoalescingPostgresError) {
+        let (leaders, waiters, hello) = state.withLockedValue { state in
+            guard state.lostGeneration < generation else { return ([String](), [Waiter](), state.hello) }
+            state.lostGeneration = generation
+            if case .ready = state.phase { state.phase = .connecting }
+            defer {
+                state.leaders = [:]
+                state.unlocks = []
+                state.hello = nil
+            }
+            return (Array(state.leaders.values), state.waiters.values.flatMap(\.values), state.hello)
+        }
+        hello?.1.resume()
+        for key in leaders { recorder.lockLost(key: key, error: error) }
+        for waiter in waiters { waiter.wake.yield(.lost) }
+        kick.yield()
+    }
+
+    private func takeBatch(_ generation: Int) -> Batch? {
+        state.withLockedValue { state in
+            guard state.generation == generation, state.lostGeneration < generation else { return nil }
+            let batch = Batch(requests: state.pending, unlocks: state.unlocks, keepAlive: state.keepAliveDue)
+            guard !batch.requests.isEmpty || !batch.unlocks.isEmpty || batch.keepAlive else { return nil }
+            state.pending = []
+            state.unlocks = []
+            state.keepAliveDue = false
+            state.inFlight = Set(batch.requests.map(\.id))
+            return batch
+        }
+    }
+
+    /// Whether the statement loop of `generation` is over: its session lost, or the coalescer
+    /// stopped (once the steps that lead have released their locks, in a graceful shutdown).
+    private func isOver(_ generation: Int) -> Bool {
+        state.withLockedValue { state in
+            switch state.phase {
+            case .stopped: return true
+            case .stopping:
+                guard !state.isLeading, state.unlocks.isEmpty else { return false }
+                state.phase = .stopped
+                return true
+            case .idle, .connecting, .ready, .down: return state.lostGeneration >= generation
+            }
+        }
+    }
+
+    private var isStopped: Bool {
+        state.withLockedValue { if case .stopped = $0.phase { true } else { false } }
+    }
+
+    /// Hands each request its answer. A second lock on a key this process already leads (two
+    /// local steps whose keys share a lock) is released at once and answered as held; a lock
+    /// granted to a step cancelled meanwhile is released for the others.
+    private func answered(_ batch: Batch, _ answers: [(Bool, Int64)]) {
+        var replies: [(Request, Result<LockAnswer, any Error>)] = []
+        let queuedUnlocks = state.withLockedValue { state in
+            var queued = false
+            state.inFlight = []
+            for (request, (granted, sequence)) in zip(batch.requests, answers) {
+                let cancelled = state.cancelledInFlight.remove(request.id) != nil
+                var acquired = granted
+                if granted, cancelled || state.leaders[request.lock] != nil {
+                    state.unlocks.append((request.lock, cancelled ? .abandoned : .silent))
+                    queued = true
+                    acquired = false
+                }
+                if acquired { state.leaders[request.lock] = request.key }
+                let answer = LockAnswer(
+                    acquired: acquired, sequence: sequence, position: state.heard, generation: state.generation)
+                replies.append((request, cancelled ? .failure(CancellationError()) : .success(answer)))
+            }
+            return queued
+        }
+        for (request, reply) in replies { request.continuation.resume(with: reply) }
+        if queuedUnlocks { kick.yield() }
+    }
+
+    /// One notification of the channel: `<lock> <sequence> <started>` for a published result,
+    /// `<lock> released <how>` for a released lock, `hello <token>` for the session's own check.
+    private func heard(_ payload: String, generation: Int) {
+        let words = payload.split(separator: " ")
+        let hello = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
+            guard state.generation == generation else { return nil }
+            state.heard += 1
+            if words.first == "hello", let (token, continuation) = state.hello, words.last.map(String.init) == token {
+                state.hello = nil
+                return continuation
+            }
+            guard words.count == 3, let lock = Int64(words[0]), let waiters = state.waiters[lock] else { return nil }
+            for (id, var waiter) in waiters {
+                if words[1] == "released" {
+                    waiter.news.release = (words[2] == Release.published.rawValue, state.heard)
+                } else if let sequence = Int64(words[1]), let started = Int64(words[2]),
+                    sequence > waiter.news.result?.sequence ?? .min
+                {
+                    waiter.news.result = (sequence, started, state.heard)
+                }
+                state.waiters[lock]?[id] = waiter
+                waiter.wake.yield(.news)
+            }
+            return nil
+        }
+        hello?.resume()
+    }
+
+    private func tick() {
+        let waiters = state.withLockedValue { $0.waiters.values.flatMap(\.values) }
+        for waiter in waiters { waiter.wake.yield(.tick) }
+    }
+
+    /// Asks the session to answer; closes a session whose statement has gone unanswered too long,
+    /// so that its loss is seen within about a second even when the network says nothing.
+    private func keepAlive() {
+        let limit = max(configuration.keepAliveInterval * 2, .seconds(1))
+        let silent = state.withLockedValue { state -> PostgresConnection? in
+            state.keepAliveDue = true
+            guard let (since, connection) = state.statementSince, ContinuousClock.now - since > limit else { return nil }
+            return connection
+        }
+        silent?.close().whenComplete { _ in }
+        kick.yield()
+    }
+
+    private func sweep(_ client: PostgresClient) async {
+        guard state.withLockedValue({ if case .ready = $0.phase { true } else { false } }) else { return }
+        let (seconds, attoseconds) = configuration.resultRetention.components
+        let retention = Double(seconds) + Double(attoseconds) / 1e18
+        do {
+            try await Bounded.run(within: configuration.connectTimeout) { [configuration, recorder] in
+                try await client.perform(
+                    """
+                    DELETE FROM \(unescaped: quoted(configuration.table))
+                    WHERE published_at < now() - make_interval(secs => \(retention))
+                    """, logger: recorder.logger)
+            }
+        } catch {
+            recorder.logger.notice("could not sweep old results", metadata: ["error": "\(CoalescingPostgresError(error))"])
+        }
+    }
+
+    private func repeating(every interval: Duration, _ body: @Sendable () async -> Void) async {
+        while (try? await Task.sleep(for: interval)) != nil { await body() }
+    }
+
+    // MARK: - State
+
+    private enum Phase {
+        /// `run()` has not started: requests wait, bounded by each step's own deadline.
+        case idle
+        case connecting
+        case ready
+        /// The last attempt failed: new requests fail at once until a session connects.
+        case down(CoalescingPostgresError)
+        /// A graceful shutdown: the steps that lead finish and release their locks.
+        case stopping
+        case stopped
+    }
+
+    private struct Waiter {
+        var news = News()
+        let wake: AsyncStream<Wake>.Continuation
+    }
+
+    private struct Request {
+        let id: Int
+        let lock: Int64
+        let key: String
+        let continuation: CheckedContinuation<LockAnswer, any Error>
+    }
+
+    private struct Batch {
+        var requests: [Request]
+        var unlocks: [(Int64, Release)]
+        var keepAlive: Bool
+    }
+
+    private struct State {
+        var phase = Phase.idle
+        var generation = 0
+        var lostGeneration = 0
+        var readyGeneration = 0
+        /// Notifications heard on the channel, in every generation: a step's clock.
+        var heard: UInt64 = 0
+        var nextID = 0
+        var waiters: [Int64: [Int: Waiter]] = [:]
+        var pending: [Request] = []
+        var inFlight: Set<Int> = []
+        var cancelledInFlight: Set<Int> = []
+        var unlocks: [(Int64, Release)] = []
+        /// The locks this process's steps hold in this generation, with their keys, for the event
+        /// that says a lock was lost.
+        var leaders: [Int64: String] = [:]
+        var keepAliveDue = false
+        var statementSince: (ContinuousClock.Instant, PostgresConnection)?
+        var hello: (String, CheckedContinuation<Void, Never>)?
+
+        var isLeading: Bool { !leaders.isEmpty }
+    }
+}
+
+/// A lock request that was on its way when the session ended: ask again.
+struct SessionLost: Error {}
+
+/// The table and its sequence, created under an advisory lock of their own, since
+/// `CREATE … IF NOT EXISTS` races with itself across sessions.
+struct Schema {
+    let configuration: PostgresCoalescerConfiguration
+
+    func create(on connection: PostgresConnection, logger: Logger) async throws {
+        let lock = LockKey(table: configuration.table, key: "coalescing-schema").value
+        try await connection.perform("SELECT pg_advisory_lock(\(lock))", logger: logger)
+        do {
+            for statement in configuration.migrationStatements {
+                try await connection.perform(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        } catch {
+            try? await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+            throw error
+        }
+        try await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+    }
+
+    /// What a readiness check needs to know: each missing piece, named.
+    func missing(on client: PostgresClient, logger: Logger) async throws -> [String] {
+        let table = quoted(configuration.table)
+        let sequence = quoted(configuration.table + "_seq")
+        let rows = try await client.query(
+            """
+            SELECT to_regclass(\(table)) IS NOT NULL, to_regclass(\(sequence)) IS NOT NULL,
+                EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(\(table)) AND attname = 'key_hash'),
+                CASE WHEN to_regclass(\(table)) IS NULL THEN false
+                    ELSE has_table_privilege(to_regclass(\(table)), 'SELECT, INSERT, UPDATE, DELETE') END,
+                CASE WHEN to_regclass(\(sequence)) IS NULL THEN false
+                    ELSE has_sequence_privilege(to_regclass(\(sequence)), 'USAGE, UPDATE') END
+            """, logger: logger)
+        var missing: [String] = []
+        for try await (hasTable, hasSequence, hasColumns, tableGranted, sequenceGranted) in rows.decode(
+            (Bool, Bool, Bool, Bool, Bool).self)
+        {
+            if !hasTable { missing.append("the table \(table)") }
+            if !hasSequence { missing.append("the sequence \(sequence)") }
+            if hasTable, !hasColumns {
+                missing.append("the column key_hash of \(table): a table of the first design; drop it and migrate again")
+            }
+            if hasTable, !tableGranted { missing.append("SELECT, INSERT, UPDATE, DELETE on \(table)") }
+            if hasSequence, !sequenceGranted { missing.append("USAGE, UPDATE on the sequence \(sequence)") }
+        }
+        return missing
+    }
+}
+
+/// A key's advisory lock: 64 bits of FNV-1a over the table's name and the key's bytes, computed
+/// here so that keys of any content (NUL included) and any length hash alike in every process.
+/// Keys whose locks collide only take turns; results are matched by the full key.
+struct LockKey {
+    let value: Int64
+
+    init(table: String, key: String) {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in table.utf8 + [0xFF] + key.utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
+        }
+        value = Int64(bitPattern: hash)
+    }
+}
+
+extension PostgresConnection {
+    /// Runs a statement whose rows, if any, do not matter, and waits for its end.
+    func perform(_ query: PostgresQuery, logger: Logger) async throws {
+        _ = try await self.query(query, logger: logger).collect()
+    }
+}
+
+extension PostgresClient {
+    /// Runs a statement on a pooled connection, rows ignored.
+    func perform(_ query: PostgresQuery, logger: Logger) async throws {
+        _ = try await self.query(query, logger: logger).collect()
+    }
+}
+#endif
