@@ -51,6 +51,9 @@ struct DatabaseStep: Sendable {
             while true {
                 let news = session.news(for: registration)
                 if let result = news.result, freshOnly ? (after.map { result.started > $0 } ?? false) : true {
+                    if let inline = result.inline, inline.key == Publication.hex(key) {
+                        return try decoded(Data(inline.json.utf8), key: key, since: arrived)
+                    }
                     if let value: Value = try await served(key: key, result: result, after: freshOnly ? after : nil, since: arrived) {
                         return value
                     }
@@ -115,76 +118,14 @@ struct DatabaseStep: Sendable {
             session.unlock(lock, .abandoned, generation: answer.generation)
             throw error
         }
-        // This process's callers have their result now; the others hear it when it is committed.
-        // The lock is held until then (a graceful shutdown waits for it), and a caller of this
-        // process that arrives meanwhile waits for the same publication as another process would.
-        Task { [self] in
-            let published = await publish(result, key: key, lock: lock, started: answer.sequence)
-            session.unlock(lock, published ? .published : .abandoned, generation: answer.generation)
-        }
+        // This process's callers have their result now; the others hear it when the session has
+        // published it, with other leaders' results, and released the lock (a graceful shutdown
+        // waits for it). A caller of this process that arrives meanwhile waits for the same
+        // publication, as another process's would.
+        session.publishAndRelease(
+            Publication(result, key: key, lock: lock, started: answer.sequence, generation: answer.generation,
+                limit: configuration.maximumValueBytes, recorder: recorder))
         return try result.get()
-    }
-
-    private enum FailureKind {
-        static let threw: Int16 = 1
-        static let tooLarge: Int16 = 2
-    }
-
-    /// Publishes what the work produced, with its notification, in one statement; returns whether
-    /// it was published. A failure to publish never reaches this process's callers: they have
-    /// their result.
-    private func publish<Value: Encodable & Sendable>(
-        _ result: Result<Value, any Error>, key: String, lock: Int64, started: Int64
-    ) async -> Bool {
-        var value: Data?
-        var failure: (kind: Int16, message: String)?
-        switch result {
-        case .success(let produced):
-            do {
-                let data = try JSONEncoder().encode(produced)
-                if data.count > configuration.maximumValueBytes {
-                    failure = (FailureKind.tooLarge, String(data.count))
-                    recorder.record(.publishFailed(key: key, error: "the value takes \(data.count) bytes")) {
-                        $0.valuesTooLarge += 1
-                    }
-                } else {
-                    value = data
-                }
-            } catch {
-                failure = (FailureKind.threw, "the value did not encode: \(error)")
-            }
-        case .failure(let error):
-            failure = (FailureKind.threw, String(describing: error))
-        }
-        // `text` holds no NUL; an error's description may.
-        let message = failure?.message.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}")
-        let table = configuration.table
-        let keyBytes = Data(key.utf8)
-        do {
-            try await Bounded.run(within: configuration.connectTimeout) { [client, recorder, value, failure] in
-                try await client.perform(
-                    """
-                    WITH published AS (
-                        INSERT INTO \(unescaped: quoted(table)) AS r
-                            (key_hash, key, seq, started, value, failure_kind, failure, published_at)
-                        VALUES (sha256(\(keyBytes)), \(keyBytes), nextval(\(quoted(table + "_seq"))::regclass), \(started),
-                            \(value), \(failure?.kind), \(message), now())
-                        ON CONFLICT (key_hash) DO UPDATE SET key = excluded.key, seq = excluded.seq,
-                            started = excluded.started, value = excluded.value, failure_kind = excluded.failure_kind,
-                            failure = excluded.failure, published_at = excluded.published_at
-                        RETURNING seq)
-                    SELECT pg_notify(\(table), \(String(lock)) || ' ' || seq || ' ' || \(String(started))) FROM published
-                    """, logger: recorder.logger)
-            }
-            return true
-        } catch {
-            let cause = CoalescingPostgresError(error)
-            recorder.logger.warning(
-                "could not publish a result; the processes waiting for it will take over",
-                metadata: ["key": "\(key.prefix(200))", "error": "\(cause)"])
-            recorder.record(.publishFailed(key: key, error: cause.description)) { $0.publishFailures += 1 }
-            return false
-        }
     }
 
     // MARK: - Following
@@ -193,7 +134,7 @@ struct DatabaseStep: Sendable {
     /// holds an older result (gone from the table) or, for a forgetting step, one that started
     /// before `after`.
     private func served<Value: Decodable>(
-        key: String, result: (sequence: Int64, started: Int64, position: UInt64), after: Int64?,
+        key: String, result: Session.Heard, after: Int64?,
         since arrived: ContinuousClock.Instant
     ) async throws -> Value? {
         let keyBytes = Data(key.utf8)
@@ -219,23 +160,26 @@ struct DatabaseStep: Sendable {
         else { return nil }
         let failure: CoalescingPostgresError
         switch (data, failureKind) {
-        case (let data?, _):
-            do {
-                let value = try JSONDecoder().decode(Value.self, from: data)
-                recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) {
-                    $0.servedFromAnotherProcess += 1
-                }
-                return value
-            } catch {
-                failure = .undecodableValue(String(describing: error))
-            }
-        case (nil, FailureKind.tooLarge):
+        case (let data?, _): return try decoded(data, key: key, since: arrived)
+        case (nil, Publication.tooLarge):
             failure = .valueTooLarge(bytes: Int(message ?? "") ?? 0, limit: configuration.maximumValueBytes)
         case (nil, _):
             failure = .failedInAnotherProcess(message ?? "unknown error")
         }
         recorder.record(.failedInAnotherProcess(key: key, error: failure)) { $0.failuresFromAnotherProcess += 1 }
         throw failure
+    }
+
+    private func decoded<Value: Decodable>(_ data: Data, key: String, since arrived: ContinuousClock.Instant) throws -> Value {
+        do {
+            let value = try JSONDecoder().decode(Value.self, from: data)
+            recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) { $0.servedFromAnotherProcess += 1 }
+            return value
+        } catch {
+            let failure = CoalescingPostgresError.undecodableValue(String(describing: error))
+            recorder.record(.failedInAnotherProcess(key: key, error: failure)) { $0.failuresFromAnotherProcess += 1 }
+            throw failure
+        }
     }
 
     private func unavailable<Value>(
@@ -249,6 +193,79 @@ struct DatabaseStep: Sendable {
             recorder.databaseUnavailable(key: key, error: error, ranLocally: false)
             throw error
         }
+    }
+}
+
+/// What a leader hands the session: its result, encoded, to publish for the other processes before
+/// its lock is released.
+struct Publication: Sendable {
+    static let threw: Int16 = 1
+    static let tooLarge: Int16 = 2
+    /// A notification's payload is at most 8000 bytes; a small value travels in it, so that the
+    /// processes waiting need not read the table.
+    static let inlineLimit = 4000
+
+    let lock: Int64
+    let key: String
+    let started: Int64
+    let generation: Int
+    let value: Data?
+    /// 0 for a value, `threw` or `tooLarge` for a failure.
+    let failureKind: Int16
+    let failure: String
+    /// ` <key in hex> <value as JSON>`, or empty when the value does not fit in a notification.
+    let inline: String
+
+    init<Value: Encodable>(
+        _ result: Result<Value, any Error>, key: String, lock: Int64, started: Int64, generation: Int, limit: Int,
+        recorder: StepRecorder
+    ) {
+        self.key = key
+        self.lock = lock
+        self.started = started
+        self.generation = generation
+        var value: Data?
+        var failure: (kind: Int16, message: String) = (0, "")
+        switch result {
+        case .success(let produced):
+            do {
+                let data = try JSONEncoder().encode(produced)
+                if data.count > limit {
+                    failure = (Self.tooLarge, String(data.count))
+                    recorder.record(.publishFailed(key: key, error: "the value takes \(data.count) bytes")) {
+                        $0.valuesTooLarge += 1
+                    }
+                } else {
+                    value = data
+                }
+            } catch {
+                failure = (Self.threw, "the value did not encode: \(error)")
+            }
+        case .failure(let error):
+            failure = (Self.threw, String(describing: error))
+        }
+        self.value = value
+        failureKind = failure.kind
+        // `text` holds no NUL; an error's description may.
+        self.failure = failure.message.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}")
+        let hex = Self.hex(key)
+        if let value, hex.utf8.count + value.count < Self.inlineLimit, let json = String(data: value, encoding: .utf8) {
+            inline = " \(hex) \(json)"
+        } else {
+            inline = ""
+        }
+    }
+
+    /// A key's bytes in hex: how a notification names the key of the value it carries.
+    static func hex(_ key: String) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(key.utf8.count * 2)
+        for byte in key.utf8 {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 #endif

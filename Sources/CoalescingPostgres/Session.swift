@@ -49,9 +49,19 @@ final class Session: Sendable {
 
     /// The latest result and the latest release of a key heard after a step arrived.
     struct News: Sendable {
-        var result: (sequence: Int64, started: Int64, position: UInt64)?
+        var result: Heard?
         var release: (published: Bool, position: UInt64)?
     }
+
+    /// A result heard on the channel; `inline` holds the key (in hex) and the value, when the value
+    /// was small enough to travel in the notification.
+    struct Heard: Sendable {
+        var sequence: Int64
+        var started: Int64
+        var position: UInt64
+        var inline: (key: Substring, json: Substring)?
+    }
+
 
     /// A lock request's answer, once every notification committed before it has been heard.
     struct LockAnswer: Sendable {
@@ -131,6 +141,14 @@ final class Session: Sendable {
             }
             request?.continuation.resume(throwing: CancellationError())
         }
+    }
+
+    /// Publishes a leader's result with its notification, then releases its lock: in one statement
+    /// with the other leaders' results, then with their releases. A publication whose session was
+    /// lost is still published, by the next session; its lock went with the old one.
+    func publishAndRelease(_ publication: Publication) {
+        state.withLockedValue { $0.publications.append(publication) }
+        kick.yield()
     }
 
     /// Releases a lock this step holds, in the session generation that granted it; a lock of a
@@ -251,28 +269,49 @@ final class Session: Sendable {
     }
 
     /// Proves the channel is heard before any step counts on it: a notification of its own, back.
+    /// PostgresNIO sends `LISTEN` when the listener is added, without saying when it took effect,
+    /// so the notification is sent again until one is heard.
     private func hello(on connection: PostgresConnection) async throws {
-        let token = UUID().uuidString
-        try await Bounded.run(within: configuration.connectTimeout) { [self, configuration, recorder] in
-            async let heard: Void = withCheckedContinuation { continuation in
+        let deadline = ContinuousClock.now + configuration.connectTimeout
+        while ContinuousClock.now < deadline {
+            let token = UUID().uuidString
+            let heard = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 state.withLockedValue { $0.hello = (token, continuation) }
+                Task {
+                    try? await connection.perform(
+                        "SELECT pg_notify(\(configuration.table), \("hello " + token))", logger: recorder.logger)
+                    try? await Task.sleep(for: .milliseconds(100))
+                    self.answerHello(token, heard: false)
+                }
             }
-            try await connection.perform(
-                "SELECT pg_notify(\(configuration.table), \("hello " + token))", logger: recorder.logger)
-            await heard
+            if heard { return }
         }
+        throw CoalescingPostgresError.databaseUnavailable("the session did not hear its own notification")
+    }
+
+    private func answerHello(_ token: String, heard: Bool) {
+        let continuation = state.withLockedValue { state -> CheckedContinuation<Bool, Never>? in
+            guard let (expected, continuation) = state.hello, expected == token else { return nil }
+            state.hello = nil
+            return continuation
+        }
+        continuation?.resume(returning: heard)
     }
 
     private func execute(_ batch: Batch, on connection: PostgresConnection) async throws {
         let logger = recorder.logger
         do {
-            if !batch.unlocks.isEmpty {
+            if !batch.publications.isEmpty {
+                try await publish(batch.publications, on: connection)
+            }
+            let unlocks = takeUnlocks()
+            if !unlocks.isEmpty {
                 try await statement(on: connection) {
                     try await connection.perform(
                         """
                         SELECT pg_advisory_unlock(u.id),
                             CASE WHEN u.how <> '' THEN pg_notify(\(configuration.table), u.id::text || ' released ' || u.how) END
-                        FROM unnest(\(batch.unlocks.map(\.0))::bigint[], \(batch.unlocks.map(\.1.rawValue))::text[]) AS u(id, how)
+                        FROM unnest(\(unlocks.map(\.0))::bigint[], \(unlocks.map(\.1.rawValue))::text[]) AS u(id, how)
                         """, logger: logger)
                 }
             }
@@ -304,6 +343,59 @@ final class Session: Sendable {
             // The step asks again, in the next session, within its own deadline.
             for request in batch.requests { request.continuation.resume(throwing: SessionLost()) }
             throw error
+        }
+    }
+
+    /// Publishes the results of a batch, each with its notification, in one statement; queues their
+    /// releases. A result the database refused is counted, and its lock released for a take-over.
+    private func publish(_ publications: [Publication], on connection: PostgresConnection) async throws {
+        let table = configuration.table
+        var released = Release.published
+        do {
+            try await statement(on: connection) {
+                try await connection.perform(
+                    """
+                    WITH input AS (
+                        SELECT * FROM unnest(
+                            \(publications.map { ByteBuffer(bytes: Array($0.key.utf8)) })::bytea[],
+                            \(publications.map(\.started))::bigint[],
+                            \(publications.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[],
+                            \(publications.map { $0.value != nil })::bool[],
+                            \(publications.map(\.failureKind))::int2[], \(publications.map(\.failure))::text[],
+                            \(publications.map { String($0.lock) })::text[], \(publications.map(\.inline))::text[])
+                            AS i(key, started, value, has_value, failure_kind, failure, lock, inline)),
+                    published AS (
+                        INSERT INTO \(unescaped: quoted(table)) AS r
+                            (key_hash, key, seq, started, value, failure_kind, failure, published_at)
+                        SELECT sha256(key), key, nextval(\(quoted(table + "_seq"))::regclass), started,
+                            CASE WHEN has_value THEN value END, NULLIF(failure_kind, 0), NULLIF(failure, ''), now()
+                        FROM input
+                        ON CONFLICT (key_hash) DO UPDATE SET key = excluded.key, seq = excluded.seq,
+                            started = excluded.started, value = excluded.value, failure_kind = excluded.failure_kind,
+                            failure = excluded.failure, published_at = excluded.published_at
+                        RETURNING key_hash, seq)
+                    SELECT pg_notify(\(table), i.lock || ' ' || p.seq || ' ' || i.started || i.inline)
+                    FROM published p JOIN input i ON p.key_hash = sha256(i.key)
+                    """, logger: recorder.logger)
+            }
+        } catch {
+            let cause = CoalescingPostgresError(error)
+            released = .abandoned
+            for publication in publications {
+                recorder.logger.warning(
+                    "could not publish a result; the processes waiting for it will take over",
+                    metadata: ["key": "\(publication.key.prefix(200))", "error": "\(cause)"])
+                recorder.record(.publishFailed(key: publication.key, error: cause.description)) { $0.publishFailures += 1 }
+            }
+            if cause.isUnavailable { throw error }
+        }
+        for publication in publications { unlock(publication.lock, released, generation: publication.generation) }
+    }
+
+    private func takeUnlocks() -> [(Int64, Release)] {
+        state.withLockedValue { state in
+            defer { state.unlocks = [] }
+            return state.unlocks
         }
     }
 
@@ -381,7 +473,7 @@ final class Session: Sendable {
             }
             return (Array(state.leaders.values), state.waiters.values.flatMap(\.values), state.hello)
         }
-        hello?.1.resume()
+        hello?.1.resume(returning: false)
         for key in leaders { recorder.lockLost(key: key, error: error) }
         for waiter in waiters { waiter.wake.yield(.lost) }
         kick.yield()
@@ -390,10 +482,12 @@ final class Session: Sendable {
     private func takeBatch(_ generation: Int) -> Batch? {
         state.withLockedValue { state in
             guard state.generation == generation, state.lostGeneration < generation else { return nil }
-            let batch = Batch(requests: state.pending, unlocks: state.unlocks, keepAlive: state.keepAliveDue)
-            guard !batch.requests.isEmpty || !batch.unlocks.isEmpty || batch.keepAlive else { return nil }
+            let batch = Batch(
+                publications: state.publications, requests: state.pending, keepAlive: state.keepAliveDue)
+            guard !batch.publications.isEmpty || !batch.requests.isEmpty || !state.unlocks.isEmpty || batch.keepAlive
+            else { return nil }
+            state.publications = []
             state.pending = []
-            state.unlocks = []
             state.keepAliveDue = false
             state.inFlight = Set(batch.requests.map(\.id))
             return batch
@@ -449,29 +543,28 @@ final class Session: Sendable {
     /// One notification of the channel: `<lock> <sequence> <started>` for a published result,
     /// `<lock> released <how>` for a released lock, `hello <token>` for the session's own check.
     private func heard(_ payload: String, generation: Int) {
-        let words = payload.split(separator: " ")
-        let hello = state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
-            guard state.generation == generation else { return nil }
+        let words = payload.split(separator: " ", maxSplits: 4, omittingEmptySubsequences: false)
+        if words.first == "hello", words.count == 2 {
+            answerHello(String(words[1]), heard: true)
+            return
+        }
+        state.withLockedValue { state in
+            guard state.generation == generation else { return }
             state.heard += 1
-            if words.first == "hello", let (token, continuation) = state.hello, words.last.map(String.init) == token {
-                state.hello = nil
-                return continuation
-            }
-            guard words.count == 3, let lock = Int64(words[0]), let waiters = state.waiters[lock] else { return nil }
+            guard words.count >= 3, let lock = Int64(words[0]), let waiters = state.waiters[lock] else { return }
             for (id, var waiter) in waiters {
                 if words[1] == "released" {
                     waiter.news.release = (words[2] == Release.published.rawValue, state.heard)
                 } else if let sequence = Int64(words[1]), let started = Int64(words[2]),
                     sequence > waiter.news.result?.sequence ?? .min
                 {
-                    waiter.news.result = (sequence, started, state.heard)
+                    let inline = words.count == 5 ? (words[3], words[4]) : nil
+                    waiter.news.result = Heard(sequence: sequence, started: started, position: state.heard, inline: inline)
                 }
                 state.waiters[lock]?[id] = waiter
                 waiter.wake.yield(.news)
             }
-            return nil
         }
-        hello?.resume()
     }
 
     private func tick() {
@@ -539,9 +632,11 @@ final class Session: Sendable {
         let continuation: CheckedContinuation<LockAnswer, any Error>
     }
 
+    /// What one turn of the statement loop sends: results, then the releases queued by then (those
+    /// of the results included), then lock requests and their barrier, then a keep-alive.
     private struct Batch {
+        var publications: [Publication]
         var requests: [Request]
-        var unlocks: [(Int64, Release)]
         var keepAlive: Bool
     }
 
@@ -558,14 +653,15 @@ final class Session: Sendable {
         var inFlight: Set<Int> = []
         var cancelledInFlight: Set<Int> = []
         var unlocks: [(Int64, Release)] = []
+        var publications: [Publication] = []
         /// The locks this process's steps hold in this generation, with their keys, for the event
         /// that says a lock was lost.
         var leaders: [Int64: String] = [:]
         var keepAliveDue = false
         var statementSince: (ContinuousClock.Instant, PostgresConnection)?
-        var hello: (String, CheckedContinuation<Void, Never>)?
+        var hello: (String, CheckedContinuation<Bool, Never>)?
 
-        var isLeading: Bool { !leaders.isEmpty }
+        var isLeading: Bool { !leaders.isEmpty || !publications.isEmpty }
     }
 }
 

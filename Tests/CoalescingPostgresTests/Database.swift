@@ -10,6 +10,12 @@ import XCTest
 /// cluster; without it the tests skip, and `.ci/postgres` fails a run that skipped any.
 enum Database {
     static let logger = Logger(label: "CoalescingPostgresTests")
+    /// Warnings and above: the tests cut sessions and stop coalescers mid-work on purpose.
+    static let quietLogger = {
+        var logger = Logger(label: "test")
+        logger.logLevel = .error
+        return logger
+    }()
 
     static func url() throws -> String {
         guard let url = ProcessInfo.processInfo.environment["COALESCING_POSTGRES_URL"] else {
@@ -91,7 +97,7 @@ enum Database {
 /// in-process coalescer, exactly as two processes would.
 func runningCoalescer(
     _ test: XCTestCase, configuration: PostgresCoalescerConfiguration, url: String? = nil,
-    logger: Logger = Logger(label: "test"), observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
+    logger: Logger = Database.quietLogger, observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
 ) throws -> PostgresCoalescer<String> {
     let coalescer = try PostgresCoalescer<String>(
         url: url ?? Database.url(), configuration: configuration, logger: logger, observer: observer)

@@ -14,7 +14,9 @@ final class LeaderLockTests: XCTestCase {
             "CREATE ROLE \(unescaped: role) LOGIN SUPERUSER",
             "ALTER ROLE \(unescaped: role) SET idle_session_timeout = '400ms'",
             "ALTER ROLE \(unescaped: role) SET idle_in_transaction_session_timeout = '1s'")
-        addTeardownBlock { try? await Database.execute("DROP ROLE IF EXISTS \(unescaped: role)") }
+        addTeardownBlock {
+            try? await Database.execute("DROP OWNED BY \(unescaped: role)", "DROP ROLE IF EXISTS \(unescaped: role)")
+        }
         let table = Database.configuration("idle").table
         let fleet = try ProbeFleet()
         try fleet.start(

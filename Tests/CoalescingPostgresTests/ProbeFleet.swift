@@ -14,6 +14,8 @@ final class ProbeFleet {
     let runsFile: String
     private(set) var probes: [Process] = []
     private var outputs: [URL] = []
+    /// The probes of the last `start`.
+    private var burst = 0..<0
     private let directory: URL
 
     init() throws {
@@ -42,6 +44,7 @@ final class ProbeFleet {
 
     /// Starts `count` probes with these arguments besides the URL and the runs file.
     func start(_ count: Int, arguments: [String], url: String? = nil) throws {
+        burst = probes.count..<(probes.count + count)
         for _ in 0..<count {
             let output = directory.appendingPathComponent("probe-\(outputs.count)")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
@@ -93,7 +96,7 @@ final class ProbeFleet {
             await waitUntil("\(waiting) probes wait and one runs the work", seconds: 30, file: file, line: line) {
                 try? await Task.sleep(for: .milliseconds(20))
                 let gate = (try? await Database.gateWaiters(on: connection)) ?? -1
-                let said = self.probes.indices.filter { self.output(of: $0).contains("\nwaiting\n") }.count
+                let said = self.burst.filter { self.output(of: $0).contains("\nwaiting\n") }.count
                 return said >= waiting && gate >= 1 && self.runs.count == runs
             }
         }

@@ -58,9 +58,11 @@ case "serve":
         let local = InFlightTaskCoalescer<String, Profile>()
         profile = { id in try await local.value(key: id, timeout: .seconds(5)) { try await load(id) } }
     } else {
-        var configuration = try PostgresCoalescerConfiguration(url: postgres)
+        var configuration = PostgresCoalescerConfiguration()
         configuration.table = options["table"] ?? configuration.table
-        let fleet = try PostgresCoalescer<Profile>(configuration: configuration, logger: quiet)
+        let fleet = try PostgresCoalescer<Profile>(url: postgres, configuration: configuration, logger: quiet)
+        // The coalescer's session runs beside the server; the process ends with the load run.
+        Task { try await fleet.run() }
         profile = { id in try await fleet.value(key: "profile:\(id)", timeout: .seconds(5)) { try await load(id) } }
     }
     let router = Router()
