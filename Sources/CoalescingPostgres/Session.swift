@@ -234,12 +234,15 @@ final class Session: Sendable {
     private func serve(_ connection: PostgresConnection, generation: Int) async throws {
         let logger = recorder.logger
         let table = configuration.table
-        // The session must outlive the database's idle timeouts while a leader's work runs; it is
-        // this session's own setting, reset before the connection goes back to the pool.
+        // The session must outlive the database's idle timeouts while a leader's work runs, and
+        // its commits need not wait for the disk: the mailbox is unlogged, and a result lost in a
+        // crash only means the work runs again. The session's own settings, reset before the
+        // connection goes back to the pool.
         try await connection.perform(
             """
-            SELECT set_config(name, '0', false) FROM pg_settings
-            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+            SELECT set_config(name, CASE name WHEN 'synchronous_commit' THEN 'off' ELSE '0' END, false)
+            FROM pg_settings
+            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout', 'synchronous_commit')
             """, logger: logger)
         if configuration.createsTable {
             try await Schema(configuration: configuration).create(on: connection, logger: logger)
@@ -264,7 +267,7 @@ final class Session: Sendable {
         try? await connection.perform(
             """
             SELECT set_config(name, reset_val, false) FROM pg_settings
-            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+            WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout', 'synchronous_commit')
             """, logger: logger)
     }
 
@@ -298,14 +301,30 @@ final class Session: Sendable {
         continuation?.resume(returning: heard)
     }
 
+    /// One turn of the statement loop: the results first, so that they are committed before their
+    /// locks are released; then the lock requests, those that came meanwhile included; then the
+    /// releases, in a statement that is also the barrier the lock answers wait for, and the
+    /// keep-alive.
     private func execute(_ batch: Batch, on connection: PostgresConnection) async throws {
         let logger = recorder.logger
+        if !batch.publications.isEmpty {
+            try await publish(batch.publications, on: connection)
+        }
+        let requests = takeRequests()
         do {
-            if !batch.publications.isEmpty {
-                try await publish(batch.publications, on: connection)
+            var answers: [(Bool, Int64)] = []
+            if !requests.isEmpty {
+                try await statement(on: connection) {
+                    let rows = try await connection.query(
+                        """
+                        SELECT pg_try_advisory_lock(l.id), nextval(\(quoted(configuration.table + "_seq"))::regclass)
+                        FROM unnest(\(requests.map(\.lock))::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
+                        """, logger: logger)
+                    for try await answer in rows.decode((Bool, Int64).self) { answers.append(answer) }
+                }
             }
             let unlocks = takeUnlocks()
-            if !unlocks.isEmpty {
+            if !unlocks.isEmpty || answers.contains(where: \.0) || batch.keepAlive {
                 try await statement(on: connection) {
                     try await connection.perform(
                         """
@@ -315,34 +334,26 @@ final class Session: Sendable {
                         """, logger: logger)
                 }
             }
-            if !batch.requests.isEmpty {
-                var answers: [(Bool, Int64)] = []
-                try await statement(on: connection) {
-                    let rows = try await connection.query(
-                        """
-                        SELECT pg_try_advisory_lock(l.id), nextval(\(quoted(configuration.table + "_seq"))::regclass)
-                        FROM unnest(\(batch.requests.map(\.lock))::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
-                        """, logger: logger)
-                    for try await answer in rows.decode((Bool, Int64).self) { answers.append(answer) }
-                    // The barrier: see the type's comment.
-                    if answers.contains(where: \.0) { try await connection.perform("SELECT 1", logger: logger) }
-                }
-                answered(batch, answers)
-            }
-            if batch.keepAlive {
-                try await statement(on: connection) { try await connection.perform("SELECT 1", logger: logger) }
-            }
+            if !requests.isEmpty { answered(requests, answers) }
         } catch {
             let failure = CoalescingPostgresError(error)
             guard failure.isUnavailable else {
                 // The database answered with an error (a missing sequence, a privilege): the steps'
                 // callers hear it, and the session goes on.
-                for request in batch.requests { request.continuation.resume(throwing: failure) }
+                for request in requests { request.continuation.resume(throwing: failure) }
                 return
             }
             // The step asks again, in the next session, within its own deadline.
-            for request in batch.requests { request.continuation.resume(throwing: SessionLost()) }
+            for request in requests { request.continuation.resume(throwing: SessionLost()) }
             throw error
+        }
+    }
+
+    private func takeRequests() -> [Request] {
+        state.withLockedValue { state in
+            defer { state.pending = [] }
+            state.inFlight = Set(state.pending.map(\.id))
+            return state.pending
         }
     }
 
@@ -482,14 +493,11 @@ final class Session: Sendable {
     private func takeBatch(_ generation: Int) -> Batch? {
         state.withLockedValue { state in
             guard state.generation == generation, state.lostGeneration < generation else { return nil }
-            let batch = Batch(
-                publications: state.publications, requests: state.pending, keepAlive: state.keepAliveDue)
-            guard !batch.publications.isEmpty || !batch.requests.isEmpty || !state.unlocks.isEmpty || batch.keepAlive
+            let batch = Batch(publications: state.publications, keepAlive: state.keepAliveDue)
+            guard !batch.publications.isEmpty || !state.pending.isEmpty || !state.unlocks.isEmpty || batch.keepAlive
             else { return nil }
             state.publications = []
-            state.pending = []
             state.keepAliveDue = false
-            state.inFlight = Set(batch.requests.map(\.id))
             return batch
         }
     }
@@ -516,12 +524,12 @@ final class Session: Sendable {
     /// Hands each request its answer. A second lock on a key this process already leads (two
     /// local steps whose keys share a lock) is released at once and answered as held; a lock
     /// granted to a step cancelled meanwhile is released for the others.
-    private func answered(_ batch: Batch, _ answers: [(Bool, Int64)]) {
+    private func answered(_ requests: [Request], _ answers: [(Bool, Int64)]) {
         var replies: [(Request, Result<LockAnswer, any Error>)] = []
         let queuedUnlocks = state.withLockedValue { state in
             var queued = false
             state.inFlight = []
-            for (request, (granted, sequence)) in zip(batch.requests, answers) {
+            for (request, (granted, sequence)) in zip(requests, answers) {
                 let cancelled = state.cancelledInFlight.remove(request.id) != nil
                 var acquired = granted
                 if granted, cancelled || state.leaders[request.lock] != nil {
@@ -632,11 +640,9 @@ final class Session: Sendable {
         let continuation: CheckedContinuation<LockAnswer, any Error>
     }
 
-    /// What one turn of the statement loop sends: results, then the releases queued by then (those
-    /// of the results included), then lock requests and their barrier, then a keep-alive.
+    /// What starts a turn of the statement loop besides what it takes as it goes (see ``execute(_:on:)``).
     private struct Batch {
         var publications: [Publication]
-        var requests: [Request]
         var keepAlive: Bool
     }
 
