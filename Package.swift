@@ -150,6 +150,10 @@ var postgresTargets: [Target] {
             name: "CoalescingPostgresTests",
             dependencies: [
                 "CoalescingPostgres", "CoalescingOperations", "TestSupport", "coalescing-postgres-probe",
+                // The bridges the article's one observer feeds; empty modules with their traits off.
+                "CoalescingMetrics", "CoalescingLogging",
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: .when(traits: ["Postgres"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
                 .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),

@@ -76,6 +76,17 @@ public enum PostgresCoalescingEvent: Sendable, CustomStringConvertible {
     /// another process may take over beside this run, which goes on for its own callers.
     case lockLost(key: String, error: CoalescingPostgresError)
 
+    /// Whether this is an in-process event that only repeats an outage the coalescer has already
+    /// logged: a work that failed because the database could not be reached, under
+    /// ``DatabaseUnavailablePolicy/fail``. Count it, trace it, but leave it out of the logs, or an
+    /// outage logs once per step.
+    public var repeatsAnOutage: Bool {
+        guard case .local(.workEnded(_, _, .failed, let error?, _, _)) = self,
+            case .databaseUnavailable? = error as? CoalescingPostgresError
+        else { return false }
+        return true
+    }
+
     /// The event on one line, for logs.
     public var description: String {
         switch self {
