@@ -37,7 +37,9 @@ private final class Race<Value: Sendable>: Sendable {
     }
     private let state = NIOLockedValueBox(State())
 
-    func start(_ continuation: CheckedContinuation<Value, any Error>, work: Task<Void, Never>, timer: Task<Void, any Error>) {
+    func start(
+        _ continuation: CheckedContinuation<Value, any Error>, work: Task<Void, Never>, timer: Task<Void, any Error>
+    ) {
         let early = state.withLockedValue { state in
             if state.early == nil {
                 state.continuation = continuation

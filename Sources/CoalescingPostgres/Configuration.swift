@@ -153,7 +153,8 @@ extension PostgresClient.Configuration {
         case nil, "disable": tls = .disable
         case "prefer", "allow": tls = .prefer(.makeClientConfiguration())
         case "require", "verify-ca", "verify-full": tls = .require(.makeClientConfiguration())
-        case let mode?: throw CoalescingPostgresError.invalidConfiguration("sslmode \(mode) is not one of disable, prefer, require")
+        case let mode?:
+            throw CoalescingPostgresError.invalidConfiguration("sslmode \(mode) is not one of disable, prefer, require")
         }
         let database = components.path.split(separator: "/").first.map(String.init)
         self.init(

@@ -54,7 +54,9 @@ struct DatabaseStep: Sendable {
                     if let inline = result.inline, inline.key == Publication.hex(key) {
                         return try decoded(Data(inline.json.utf8), key: key, since: arrived)
                     }
-                    if let value: Value = try await served(key: key, result: result, after: freshOnly ? after : nil, since: arrived) {
+                    if let value: Value = try await served(
+                        key: key, result: result, after: freshOnly ? after : nil, since: arrived)
+                    {
                         return value
                     }
                     session.discardResult(of: registration)
@@ -106,7 +108,8 @@ struct DatabaseStep: Sendable {
     // MARK: - Leading
 
     private func lead<Value: Codable & Sendable>(
-        key: String, lock: Int64, answer: Session.LockAnswer, tookOver: Bool, operation: @Sendable () async throws -> Value
+        key: String, lock: Int64, answer: Session.LockAnswer, tookOver: Bool,
+        operation: @Sendable () async throws -> Value
     ) async throws -> Value {
         recorder.record(.ranHere(key: key, tookOver: tookOver)) {
             $0.runsHere += 1
@@ -123,7 +126,8 @@ struct DatabaseStep: Sendable {
         // waits for it). A caller of this process that arrives meanwhile waits for the same
         // publication, as another process's would.
         session.publishAndRelease(
-            Publication(result, key: key, lock: lock, started: answer.sequence, generation: answer.generation,
+            Publication(
+                result, key: key, lock: lock, started: answer.sequence, generation: answer.generation,
                 limit: configuration.maximumValueBytes, recorder: recorder))
         return try result.get()
     }
@@ -170,10 +174,14 @@ struct DatabaseStep: Sendable {
         throw failure
     }
 
-    private func decoded<Value: Decodable>(_ data: Data, key: String, since arrived: ContinuousClock.Instant) throws -> Value {
+    private func decoded<Value: Decodable>(_ data: Data, key: String, since arrived: ContinuousClock.Instant) throws
+        -> Value
+    {
         do {
             let value = try JSONDecoder().decode(Value.self, from: data)
-            recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) { $0.servedFromAnotherProcess += 1 }
+            recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) {
+                $0.servedFromAnotherProcess += 1
+            }
             return value
         } catch {
             let failure = CoalescingPostgresError.undecodableValue(String(describing: error))

@@ -108,7 +108,8 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
         observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
     ) throws {
         guard maximumConnections >= 2 else {
-            throw CoalescingPostgresError.invalidConfiguration("maximumConnections must be at least 2: the session and one more")
+            throw CoalescingPostgresError.invalidConfiguration(
+                "maximumConnections must be at least 2: the session and one more")
         }
         var clientConfiguration = try PostgresClient.Configuration(coalescingURL: url)
         clientConfiguration.options.maximumConnections = maximumConnections

@@ -62,7 +62,6 @@ final class Session: Sendable {
         var inline: (key: Substring, json: Substring)?
     }
 
-
     /// A lock request's answer, once every notification committed before it has been heard.
     struct LockAnswer: Sendable {
         var acquired: Bool
@@ -135,7 +134,9 @@ final class Session: Sendable {
             }
         } onCancel: {
             let request = state.withLockedValue { state -> Request? in
-                if let index = state.pending.firstIndex(where: { $0.id == id }) { return state.pending.remove(at: index) }
+                if let index = state.pending.firstIndex(where: { $0.id == id }) {
+                    return state.pending.remove(at: index)
+                }
                 if state.inFlight.contains(id) { state.cancelledInFlight.insert(id) }
                 return nil
             }
@@ -189,7 +190,8 @@ final class Session: Sendable {
             return (state.pending, state.waiters.values.flatMap(\.values))
         }
         for request in requests {
-            request.continuation.resume(throwing: CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down"))
+            request.continuation.resume(
+                throwing: CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down"))
         }
         for waiter in waiters { waiter.wake.yield(.lost) }
         kick.yield()
@@ -396,7 +398,9 @@ final class Session: Sendable {
                 recorder.logger.warning(
                     "could not publish a result; the processes waiting for it will take over",
                     metadata: ["key": "\(publication.key.prefix(200))", "error": "\(cause)"])
-                recorder.record(.publishFailed(key: publication.key, error: cause.description)) { $0.publishFailures += 1 }
+                recorder.record(.publishFailed(key: publication.key, error: cause.description)) {
+                    $0.publishFailures += 1
+                }
             }
             if cause.isUnavailable { throw error }
         }
@@ -567,7 +571,8 @@ final class Session: Sendable {
                     sequence > waiter.news.result?.sequence ?? .min
                 {
                     let inline = words.count == 5 ? (words[3], words[4]) : nil
-                    waiter.news.result = Heard(sequence: sequence, started: started, position: state.heard, inline: inline)
+                    waiter.news.result = Heard(
+                        sequence: sequence, started: started, position: state.heard, inline: inline)
                 }
                 state.waiters[lock]?[id] = waiter
                 waiter.wake.yield(.news)
@@ -586,7 +591,9 @@ final class Session: Sendable {
         let limit = max(configuration.keepAliveInterval * 2, .seconds(1))
         let silent = state.withLockedValue { state -> PostgresConnection? in
             state.keepAliveDue = true
-            guard let (since, connection) = state.statementSince, ContinuousClock.now - since > limit else { return nil }
+            guard let (since, connection) = state.statementSince, ContinuousClock.now - since > limit else {
+                return nil
+            }
             return connection
         }
         silent?.close().whenComplete { _ in }
@@ -606,7 +613,8 @@ final class Session: Sendable {
                     """, logger: recorder.logger)
             }
         } catch {
-            recorder.logger.notice("could not sweep old results", metadata: ["error": "\(CoalescingPostgresError(error))"])
+            recorder.logger.notice(
+                "could not sweep old results", metadata: ["error": "\(CoalescingPostgresError(error))"])
         }
     }
 
@@ -713,7 +721,8 @@ struct Schema {
             if !hasTable { missing.append("the table \(table)") }
             if !hasSequence { missing.append("the sequence \(sequence)") }
             if hasTable, !hasColumns {
-                missing.append("the column key_hash of \(table): a table of the first design; drop it and migrate again")
+                missing.append(
+                    "the column key_hash of \(table): a table of the first design; drop it and migrate again")
             }
             if hasTable, !tableGranted { missing.append("SELECT, INSERT, UPDATE, DELETE on \(table)") }
             if hasSequence, !sequenceGranted { missing.append("USAGE, UPDATE on the sequence \(sequence)") }

@@ -120,7 +120,8 @@ let work = Duration.milliseconds(numbers["work-ms", default: 0])
 
 if let start = options["load-start"].flatMap(Double.init) {
     let load = FleetLoad(
-        start: Date(timeIntervalSince1970: start / 1000), bursts: numbers["bursts", default: 0], callers: numbers["callers", default: 0],
+        start: Date(timeIntervalSince1970: start / 1000), bursts: numbers["bursts", default: 0],
+        callers: numbers["callers", default: 0],
         interval: .milliseconds(numbers["interval-ms", default: 0]), work: work, runsFile: runsFile)
     if options["per-process"] != nil {
         let local = InFlightTaskCoalescer<String, String>()
@@ -151,7 +152,8 @@ if let start = options["load-start"].flatMap(Double.init) {
                         outcome = "error:\(String(describing: error).replacingOccurrences(of: " ", with: "_"))"
                     }
                     _ = ran
-                    return "request \(key) \(String(format: "%.3f", (ContinuousClock.now - started).seconds * 1000)) \(outcome)"
+                    return
+                        "request \(key) \(String(format: "%.3f", (ContinuousClock.now - started).seconds * 1000)) \(outcome)"
                 }
             }
         }
@@ -194,7 +196,8 @@ if let start = options["load-start"].flatMap(Double.init) {
         }
         for index in 0..<count {
             let started = ContinuousClock.now
-            _ = try await connection.query("INSERT INTO \(unescaped: table) VALUES (\(index))", logger: logger).collect()
+            _ = try await connection.query("INSERT INTO \(unescaped: table) VALUES (\(index))", logger: logger)
+                .collect()
             Probe.say("commit \(String(format: "%.4f", (ContinuousClock.now - started).seconds * 1000))")
         }
         _ = try await connection.query("DROP TABLE \(unescaped: table)", logger: logger).collect()

@@ -30,19 +30,23 @@ final class DatabaseErrorsTests: XCTestCase {
 
         configuration.whenDatabaseUnavailable = .fail
         let failingEvents = EventLog()
-        let failing = try runningCoalescer(self, configuration: configuration, url: unreachable, observer: failingEvents.record)
+        let failing = try runningCoalescer(
+            self, configuration: configuration, url: unreachable, observer: failingEvents.record)
         for key in ["a", "b", "c"] {
             do {
                 _ = try await failing.value(key: key) { "local" }
                 XCTFail("a value without the database")
             } catch CoalescingPostgresError.databaseUnavailable(let message) {
-                XCTAssertFalse(message.contains("Generic description"), "the cause, not the driver's redacted text: \(message)")
+                XCTAssertFalse(
+                    message.contains("Generic description"), "the cause, not the driver's redacted text: \(message)")
                 XCTAssertTrue(message.contains("session"), message)
             }
         }
         // What a logging bridge fed from the observer logs: the outage once (the coalescer's own
         // log), not once more per failed step.
-        let failures = failingEvents.all.filter { if case .local(.workEnded(_, _, .failed, _, _, _)) = $0 { true } else { false } }
+        let failures = failingEvents.all.filter {
+            if case .local(.workEnded(_, _, .failed, _, _, _)) = $0 { true } else { false }
+        }
         XCTAssertEqual(failures.count, 3)
         XCTAssertTrue(failures.allSatisfy(\.repeatsAnOutage))
     }

@@ -24,7 +24,9 @@ final class FleetLoadTests: XCTestCase {
                     SELECT application_name, count(*)::bigint FROM pg_stat_activity
                     WHERE application_name LIKE 'probe-%' GROUP BY application_name
                     """, logger: Database.logger)
-                for try await (name, count) in rows.decode((String, Int).self) { peak[name] = max(peak[name] ?? 0, count) }
+                for try await (name, count) in rows.decode((String, Int).self) {
+                    peak[name] = max(peak[name] ?? 0, count)
+                }
                 try await Task.sleep(for: .milliseconds(10))
             }
             return peak
@@ -37,7 +39,8 @@ final class FleetLoadTests: XCTestCase {
         XCTAssertEqual(requests.filter { !$0.hasSuffix(" ok") }, [], "every caller got its own key's value")
         XCTAssertEqual(peak.count, 4, "each process seen holding connections: \(peak)")
         XCTAssertLessThanOrEqual(peak.values.max() ?? .max, 4, "connections per process at peak: \(peak)")
-        print("256 keys x 4 processes: \(fleet.runs.count) runs, connections per process at peak \(peak.values.sorted())")
+        print(
+            "256 keys x 4 processes: \(fleet.runs.count) runs, connections per process at peak \(peak.values.sorted())")
     }
 }
 #endif

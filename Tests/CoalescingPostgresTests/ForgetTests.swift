@@ -51,7 +51,9 @@ final class ForgetTests: XCTestCase {
         let reader = try runningCoalescer(self, configuration: configuration) { event in
             events.record(event)
             // The moment the first caller's work starts, the observer forgets and calls again.
-            if case .local(.workStarted(let key, _)) = event, key == "k", after.value == nil, let reader = readerBox.value {
+            if case .local(.workStarted(let key, _)) = event, key == "k", after.value == nil,
+                let reader = readerBox.value
+            {
                 reader.forget(key: key)
                 after.value = Task { try await reader.value(key: key) { "after the write" } }
             }

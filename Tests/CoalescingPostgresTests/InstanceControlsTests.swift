@@ -16,7 +16,9 @@ final class InstanceControlsTests: XCTestCase {
         let secondEvents: EventLog
     }
 
-    private func pair(_ name: String, configure: (inout PostgresCoalescerConfiguration) -> Void = { _ in }) throws -> Pair {
+    private func pair(_ name: String, configure: (inout PostgresCoalescerConfiguration) -> Void = { _ in }) throws
+        -> Pair
+    {
         var configuration = Database.configuration(name)
         configure(&configuration)
         let events = EventLog()
@@ -98,7 +100,8 @@ final class InstanceControlsTests: XCTestCase {
     func testKeysOfAnyLengthAndContentRunOnceAndReachOnlyTheirOwnCallers() async throws {
         let keys = [
             String(repeating: "long key ", count: 1200), "nul\u{0}inside", "emoji 🧑‍🚀🚀", "'; DROP TABLE users; --",
-            "same prefix \(String(repeating: "x", count: 3000))a", "same prefix \(String(repeating: "x", count: 3000))b",
+            "same prefix \(String(repeating: "x", count: 3000))a",
+            "same prefix \(String(repeating: "x", count: 3000))b",
         ]
         let pair = try pair("keys")
         for key in keys {
@@ -121,7 +124,8 @@ final class InstanceControlsTests: XCTestCase {
     func testReservedWordsAndMixedCaseWorkAsTableNamesAndImpossibleNamesAreRefused() async throws {
         for name in ["order", "select", "user", "Fleet Results \(UInt16.random(in: 0 ... .max))"] {
             try await Database.execute(
-                "DROP TABLE IF EXISTS \(unescaped: "\"\(name)\"")", "DROP SEQUENCE IF EXISTS \(unescaped: "\"\(name)_seq\"")")
+                "DROP TABLE IF EXISTS \(unescaped: "\"\(name)\"")",
+                "DROP SEQUENCE IF EXISTS \(unescaped: "\"\(name)_seq\"")")
             var configuration = PostgresCoalescerConfiguration()
             configuration.table = name
             let events = EventLog()

@@ -49,7 +49,9 @@ final class LeaderLockTests: XCTestCase {
         let leaderIndex = try XCTUnwrap(fleet.probes.firstIndex { $0.processIdentifier == leader })
         await waitUntil("the leader says it lost its lock") { fleet.output(of: leaderIndex).contains("lock lost") }
         let said = try XCTUnwrap(
-            fleet.lines[leaderIndex].first { $0.hasPrefix("lock lost ") }.flatMap { Double($0.split(separator: " ")[2]) })
+            fleet.lines[leaderIndex].first { $0.hasPrefix("lock lost ") }.flatMap {
+                Double($0.split(separator: " ")[2])
+            })
         XCTAssertLessThan(said / 1e9 - cut, 1, "the leader's process learns it within a second")
 
         await gate.open()

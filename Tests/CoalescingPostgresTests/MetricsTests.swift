@@ -35,7 +35,8 @@ final class MetricsTests: XCTestCase {
         ] {
             XCTAssertEqual(try metrics.expectCounter(name, [("coalescer", "quotes")]).totalValue, 1, name)
         }
-        let ran = try metrics.expectCounter("coalescing_postgres_runs_total", [("coalescer", "quotes"), ("took_over", "false")])
+        let ran = try metrics.expectCounter(
+            "coalescing_postgres_runs_total", [("coalescer", "quotes"), ("took_over", "false")])
         XCTAssertEqual(ran.totalValue, 1)
         let wait = try metrics.expectTimer("coalescing_postgres_join_wait_seconds", [("coalescer", "quotes")])
         XCTAssertEqual(wait.values, [7_000_000])
