@@ -13,8 +13,10 @@ import PostgresNIO
 /// them; `position` counts the notifications heard, so that a step tells what came after it
 /// arrived. Its lock requests wait in ``State/pending`` and go out together, one statement for all
 /// of them (``execute(_:on:)``), followed by a barrier: once the barrier answers, every
-/// notification committed before the locks were granted has been heard, because PostgreSQL sends
-/// a session's notifications before it reports the session ready for its next statement.
+/// notification committed before the locks were granted has been heard: PostgreSQL sends a
+/// session's notifications before it reports the session ready for its next statement, and
+/// PostgresNIO hands each one to the listener on the connection's event loop as it reads it, before
+/// the next statement's answer.
 ///
 /// Lock order: `state` is the only lock here, and nothing is called while it is held but
 /// `AsyncStream.Continuation.yield`, which takes no lock of ours.
@@ -34,11 +36,11 @@ final class Session: Sendable {
 
     // MARK: - Steps
 
-    /// A step's place in the channel: what it has heard about its key since it arrived.
+    /// A step's place in the channel: from its registration on, what is heard about its key is
+    /// kept for it, so everything it is told came after it arrived.
     struct Registration: Sendable {
         let id: Int
         let lock: Int64
-        let arrival: UInt64
         let wakes: AsyncStream<Wake>
     }
 
@@ -87,7 +89,7 @@ final class Session: Sendable {
         return state.withLockedValue { state in
             state.nextID += 1
             state.waiters[lock, default: [:]][state.nextID] = Waiter(wake: wake)
-            return Registration(id: state.nextID, lock: lock, arrival: state.heard, wakes: wakes)
+            return Registration(id: state.nextID, lock: lock, wakes: wakes)
         }
     }
 
