@@ -17,7 +17,8 @@ final class PgBouncerTests: XCTestCase {
         let fleet = try ProbeFleet()
         let start = Int((Date().timeIntervalSince1970 + 2) * 1000)
         try fleet.start(
-            4, arguments: ["--table", table, "--keys-start", String(start), "--keys", String(keys), "--work-ms", "100"],
+            4,
+            arguments: ["--table", table, "--keys-start", String(start), "--keys", String(keys), "--work-ms", "100"],
             url: url)
         await fleet.waitForAll(seconds: 60)
         XCTAssertEqual(fleet.runs.count, keys, "one run per key across the fleet")
