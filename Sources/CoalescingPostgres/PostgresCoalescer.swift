@@ -140,7 +140,18 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
     /// and publishes its result before the session closes; work given up on the way is taken over
     /// by another process. Call it once.
     public func run() async throws {
-        let clientRun: Task<Void, Never>? = ownsClient ? Task.detached { [client] in await client.run() } : nil
+        // Detached, so that a graceful shutdown does not stop the client before the session has
+        // drained; started before the session leases from it, which PostgresNIO warns about.
+        var clientRun: Task<Void, Never>?
+        if ownsClient {
+            await withCheckedContinuation { started in
+                clientRun = Task.detached { [client] in
+                    started.resume()
+                    await client.run()
+                }
+            }
+            await Task.yield()
+        }
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
                 await session.run(client: client)
