@@ -67,9 +67,7 @@ struct DatabaseStep: Sendable {
                     let answer: Session.LockAnswer
                     do {
                         // Twice the session's own bound, so that a session that cannot connect says why first.
-                        answer = try await Bounded.run(within: configuration.connectTimeout * 2) { [session] in
-                            try await session.tryLock(lock, key: key)
-                        }
+                        answer = try await session.tryLock(lock, key: key, within: configuration.connectTimeout * 2)
                     } catch is SessionLost {
                         continue
                     }

@@ -113,37 +113,54 @@ final class Session: Sendable {
     /// Asks for the key's lock without waiting for it; answers once the notifications committed
     /// before the answer have been heard.
     ///
+    /// - Parameters:
+    ///   - lock: The key's lock.
+    ///   - key: The key, for the event that says a lock was lost.
+    ///   - limit: How long the request may wait for a session and its answer.
+    /// - Returns: Whether the lock was granted, with the sequence value taken beside it.
     /// - Throws: ``CoalescingPostgresError/databaseUnavailable(_:)`` while the session is down or
-    ///   stopping; `CancellationError` if the step is cancelled first (a lock granted meanwhile is
-    ///   released for the others).
-    func tryLock(_ lock: Int64, key: String) async throws -> LockAnswer {
+    ///   stopping, or when `limit` passes; `CancellationError` if the step is cancelled first. A
+    ///   lock granted to a request given up meanwhile is released for the others.
+    func tryLock(_ lock: Int64, key: String, within limit: Duration) async throws -> LockAnswer {
         let id = state.withLockedValue { state in
             state.nextID += 1
             return state.nextID
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<LockAnswer, any Error>) in
-                let refused: CoalescingPostgresError? = state.withLockedValue { state in
+                let deadline = Task { [weak self] in
+                    guard (try? await Task.sleep(for: limit)) != nil else { return }
+                    self?.giveUp(id, CoalescingPostgresError.databaseUnavailable("no answer within \(limit)"))
+                }
+                let request = Request(id: id, lock: lock, key: key, continuation: continuation, deadline: deadline)
+                let refused: (any Error)? = state.withLockedValue { state in
+                    // A cancellation that came before the request was queued found nothing to give up.
+                    if Task.isCancelled { return CancellationError() }
                     switch state.phase {
                     case .down(let error): return error
-                    case .stopping, .stopped: return .databaseUnavailable("the coalescer is shutting down")
+                    case .stopping, .stopped:
+                        return CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down")
                     case .idle, .connecting, .ready:
-                        state.pending.append(Request(id: id, lock: lock, key: key, continuation: continuation))
+                        state.pending.append(request)
                         return nil
                     }
                 }
-                if let refused { continuation.resume(throwing: refused) } else { kick.yield() }
+                if let refused { request.resume(.failure(refused)) } else { kick.yield() }
             }
         } onCancel: {
-            let request = state.withLockedValue { state -> Request? in
-                if let index = state.pending.firstIndex(where: { $0.id == id }) {
-                    return state.pending.remove(at: index)
-                }
-                if state.inFlight.contains(id) { state.cancelledInFlight.insert(id) }
-                return nil
-            }
-            request?.continuation.resume(throwing: CancellationError())
+            giveUp(id, CancellationError())
         }
+    }
+
+    /// Ends a request that was cancelled or whose time ran out: at once if it was not sent yet;
+    /// otherwise when its answer comes, releasing a lock granted meanwhile.
+    private func giveUp(_ id: Int, _ error: any Error) {
+        let request = state.withLockedValue { state -> Request? in
+            if let index = state.pending.firstIndex(where: { $0.id == id }) { return state.pending.remove(at: index) }
+            if state.inFlight.contains(id) { state.givenUp[id] = error }
+            return nil
+        }
+        request?.resume(.failure(error))
     }
 
     /// Publishes a leader's result with its notification, then releases its lock: in one statement
@@ -187,13 +204,16 @@ final class Session: Sendable {
     /// first (a graceful shutdown), otherwise everything ends at once.
     func stop(draining: Bool) {
         let (requests, waiters) = state.withLockedValue { state in
-            state.phase = draining && state.isLeading ? .stopping : .stopped
+            if draining, state.isLeading {
+                state.phase = .stopping
+            } else {
+                state.phase = .stopped
+            }
             defer { state.pending = [] }
             return (state.pending, state.waiters.values.flatMap(\.values))
         }
         for request in requests {
-            request.continuation.resume(
-                throwing: CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down"))
+            request.resume(.failure(CoalescingPostgresError.databaseUnavailable("the coalescer is shutting down")))
         }
         for waiter in waiters { waiter.wake.yield(.lost) }
         kick.yield()
@@ -353,11 +373,11 @@ final class Session: Sendable {
             guard failure.isUnavailable else {
                 // The database answered with an error (a missing sequence, a privilege): the steps'
                 // callers hear it, and the session goes on.
-                for request in requests { request.continuation.resume(throwing: failure) }
+                for request in requests { request.resume(.failure(failure)) }
                 return
             }
             // The step asks again, in the next session, within its own deadline.
-            for request in requests { request.continuation.resume(throwing: SessionLost()) }
+            for request in requests { request.resume(.failure(SessionLost())) }
             throw error
         }
     }
@@ -511,7 +531,7 @@ final class Session: Sendable {
                 return state.pending
             }
         }
-        for request in requests { request.continuation.resume(throwing: error) }
+        for request in requests { request.resume(.failure(error)) }
     }
 
     /// A session ended under its steps: the locks it held are gone, and every waiting step looks
@@ -574,21 +594,25 @@ final class Session: Sendable {
             var queued = false
             state.inFlight = []
             for (request, (granted, sequence)) in zip(requests, answers) {
-                let cancelled = state.cancelledInFlight.remove(request.id) != nil
+                let givenUp = state.givenUp.removeValue(forKey: request.id)
                 var acquired = granted
-                if granted, cancelled || state.leaders[request.lock] != nil {
-                    state.unlocks.append((request.lock, cancelled ? .abandoned : .silent))
+                if granted, givenUp != nil || state.leaders[request.lock] != nil {
+                    state.unlocks.append((request.lock, givenUp != nil ? .abandoned : .silent))
                     queued = true
                     acquired = false
                 }
                 if acquired { state.leaders[request.lock] = request.key }
                 let answer = LockAnswer(
                     acquired: acquired, sequence: sequence, position: state.heard, generation: state.generation)
-                replies.append((request, cancelled ? .failure(CancellationError()) : .success(answer)))
+                if let givenUp {
+                    replies.append((request, .failure(givenUp)))
+                } else {
+                    replies.append((request, .success(answer)))
+                }
             }
             return queued
         }
-        for (request, reply) in replies { request.continuation.resume(with: reply) }
+        for (request, reply) in replies { request.resume(reply) }
         if queuedUnlocks { kick.yield() }
     }
 
@@ -686,6 +710,12 @@ final class Session: Sendable {
         let lock: Int64
         let key: String
         let continuation: CheckedContinuation<LockAnswer, any Error>
+        let deadline: Task<Void, Never>
+
+        func resume(_ result: Result<LockAnswer, any Error>) {
+            deadline.cancel()
+            continuation.resume(with: result)
+        }
     }
 
     /// What starts a turn of the statement loop besides what it takes as it goes (see ``execute(_:on:)``).
@@ -705,7 +735,8 @@ final class Session: Sendable {
         var waiters: [Int64: [Int: Waiter]] = [:]
         var pending: [Request] = []
         var inFlight: Set<Int> = []
-        var cancelledInFlight: Set<Int> = []
+        /// Requests on their way whose step has given up (cancelled, or out of time), with why.
+        var givenUp: [Int: any Error] = [:]
         var unlocks: [(Int64, Release)] = []
         var publications: [Publication] = []
         /// The locks this process's steps hold in this generation, with their keys, for the event
