@@ -109,8 +109,8 @@ func runningCoalescer(
     return coalescer
 }
 
-/// The events of a coalescer, kept for a test to wait on and read.
-final class EventLog: Sendable {
+/// The events of a Postgres coalescer, cross-process and in-process, kept for a test to wait on and read.
+final class FleetEventLog: Sendable {
     private let events = LockedBox<[PostgresCoalescingEvent]>([])
 
     var all: [PostgresCoalescingEvent] { events.value }

@@ -14,7 +14,7 @@ final class DatabaseErrorsTests: XCTestCase {
         let logged = LockedBox<[String]>([])
         var configuration = Database.configuration("unreachable")
         configuration.connectTimeout = .milliseconds(500)
-        let events = EventLog()
+        let events = FleetEventLog()
         let unreachable = "postgres://nobody@127.0.0.1:1/none"
         let local = try runningCoalescer(
             self, configuration: configuration, url: unreachable,
@@ -29,7 +29,7 @@ final class DatabaseErrorsTests: XCTestCase {
         XCTAssertEqual(events.all.filter { if case .databaseUnavailable = $0 { true } else { false } }.count, 3)
 
         configuration.whenDatabaseUnavailable = .fail
-        let failingEvents = EventLog()
+        let failingEvents = FleetEventLog()
         let failing = try runningCoalescer(
             self, configuration: configuration, url: unreachable, observer: failingEvents.record)
         for key in ["a", "b", "c"] {
@@ -55,7 +55,7 @@ final class DatabaseErrorsTests: XCTestCase {
     func testAForgottenMigrationIsADatabaseErrorForTheCallersNotAnOutage() async throws {
         var configuration = Database.configuration("missing")
         configuration.createsTable = false
-        let events = EventLog()
+        let events = FleetEventLog()
         let coalescer = try runningCoalescer(self, configuration: configuration, observer: events.record)
         for _ in 1...2 {
             do {

@@ -12,7 +12,7 @@ final class ForgetTests: XCTestCase {
     func testCallersRegisteredAfterAForgetNeverGetARunThatStartedBeforeIt() async throws {
         let configuration = Database.configuration("forget")
         let leaderProcess = try runningCoalescer(self, configuration: configuration)
-        let events = EventLog()
+        let events = FleetEventLog()
         let reader = try runningCoalescer(self, configuration: configuration, observer: events.record)
         // Twenty tries: the first design let the new caller take the old run in about half of them,
         // when the caller registered before the forget was still starting its step.
@@ -46,7 +46,7 @@ final class ForgetTests: XCTestCase {
         let configuration = Database.configuration("observer")
         let leaderProcess = try runningCoalescer(self, configuration: configuration)
         let after = LockedBox<Task<String, any Error>?>(nil)
-        let events = EventLog()
+        let events = FleetEventLog()
         let readerBox = LockedBox<PostgresCoalescer<String>?>(nil)
         let reader = try runningCoalescer(self, configuration: configuration) { event in
             events.record(event)

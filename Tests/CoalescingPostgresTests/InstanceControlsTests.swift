@@ -13,7 +13,7 @@ final class InstanceControlsTests: XCTestCase {
     private struct Pair {
         let first: PostgresCoalescer<String>
         let second: PostgresCoalescer<String>
-        let secondEvents: EventLog
+        let secondEvents: FleetEventLog
     }
 
     private func pair(_ name: String, configure: (inout PostgresCoalescerConfiguration) -> Void = { _ in }) throws
@@ -21,7 +21,7 @@ final class InstanceControlsTests: XCTestCase {
     {
         var configuration = Database.configuration(name)
         configure(&configuration)
-        let events = EventLog()
+        let events = FleetEventLog()
         return Pair(
             first: try runningCoalescer(self, configuration: configuration),
             second: try runningCoalescer(self, configuration: configuration, observer: events.record),
@@ -128,7 +128,7 @@ final class InstanceControlsTests: XCTestCase {
                 "DROP SEQUENCE IF EXISTS \(unescaped: "\"\(name)_seq\"")")
             var configuration = PostgresCoalescerConfiguration()
             configuration.table = name
-            let events = EventLog()
+            let events = FleetEventLog()
             let first = try runningCoalescer(self, configuration: configuration)
             let second = try runningCoalescer(self, configuration: configuration, observer: events.record)
             let gate = WorkGate()

@@ -19,7 +19,7 @@ final class ServiceTests: XCTestCase {
                 services: [leaving], gracefulShutdownSignals: [], cancellationSignals: [],
                 logger: Database.quietLogger))
         let running = Task { try await group.run() }
-        let events = EventLog()
+        let events = FleetEventLog()
         let staying = try runningCoalescer(self, configuration: configuration, observer: events.record)
         let gate = WorkGate()
         let leader = Task {
