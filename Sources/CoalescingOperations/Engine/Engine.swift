@@ -290,9 +290,7 @@ import Foundation
 
     /// A waiting task caller was escalated to `priority`.
     @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
-        if state.withLock({ $0.reprioritize(work, slot: slot, to: work.priority.urgency(of: priority)) }) {
-            applyPriority(of: work)
-        }
+        if state.withLock({ $0.escalate(work, slot: slot, to: priority) }) { applyPriority(of: work) }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
@@ -398,16 +396,16 @@ extension Engine where Key == OperationKey {
         return state.withLock { machine in
             var admitted = OperationQueueManager.Admitted<Value>()
             if let work = machine.inFlight(key, as: Value.self),
-                operation.take(work, of: self, slot: work.callers.entries.count)
+                case .joins = operation.take(work, of: self, slot: work.callers.entries.count)
             {
                 let joined = machine.join(work, .operation(operation), asking: urgency, watching: sink)
                 admitted = .init(.joinedWork, Entry(work, joined))
             } else if case let work = Work<OperationKey, Value>(
                 key: key, runner: .operation(operation), policy: policy, floor: urgency, timed: machine.outbox != nil),
-                operation.take(work, of: self, slot: nil)
+                case .runs(let handler) = operation.take(work, of: self, slot: nil)
             {
                 machine.start(work)
-                let own = operation.completionHandler.map { Caller.handler($0, queue: operation.callBackQueue) }
+                let own = handler.map { Caller.handler($0, queue: operation.callBackQueue) }
                 let joined = own.map { machine.join(work, $0, asking: nil, watching: sink) }
                 admitted = .init(.startedWork, Entry(work, joined, started: true))
                 admitted.queued = true
@@ -421,8 +419,10 @@ extension Engine where Key == OperationKey {
                 admitted = .init(.joinedWork, Entry(work, nil))
             }
             if let newcomer, let entry = admitted.entry {
-                var joined = machine.join(
-                    entry.work, newcomer.caller, asking: newcomer.urgency ?? urgency, watching: newcomer.sink)
+                // Where the operation started the work, its priority is the work's floor, which the
+                // app may move: the newcomer asks only for what it brought itself (Guarantee 19).
+                let asked = entry.started ? newcomer.urgency : newcomer.asking(beside: urgency)
+                var joined = machine.join(entry.work, newcomer.caller, asking: asked, watching: newcomer.sink)
                 joined.raised = joined.raised || entry.joined?.raised == true
                 admitted.entry = Entry(entry.work, joined, started: entry.started)
             }
@@ -435,9 +435,10 @@ extension Engine where Key == OperationKey {
     func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: rider))
         let entry = state.withLock { machine -> Entry<Value>? in
-            guard case .running = work.phase, rider.take(work, of: self, slot: work.callers.entries.count) else {
-                return nil
-            }
+            // Only an operation not yet started can be joined by hand (Guarantee 10): its start
+            // freezes its priority, under this lock.
+            guard case .running = work.phase, !work.priority.isFrozen else { return nil }
+            guard case .joins = rider.take(work, of: self, slot: work.callers.entries.count) else { return nil }
             return Entry(work, machine.join(work, .operation(rider), asking: urgency))
         }
         follow(entry, timeout: nil)
@@ -452,9 +453,11 @@ extension Engine where Key == OperationKey {
             key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
             policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), timed: false)
         return engine.state.withLock { machine in
-            guard operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
+            guard case .runs(let handler) = operation.take(work, of: engine, slot: nil, queued: false) else {
+                return nil
+            }
             work.isIndexed = false
-            if let own = operation.completionHandler {
+            if let own = handler {
                 _ = machine.join(work, .handler(own, queue: operation.callBackQueue), asking: nil)
             }
             return work

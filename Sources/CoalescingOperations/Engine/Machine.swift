@@ -288,6 +288,13 @@ import Foundation
         return (urgency.map { work.priority.demand($0, from: slot) } ?? false) || released
     }
 
+    /// Event: the waiting task in `slot` was escalated to `priority`. Returns whether the work must
+    /// follow; never for a caller that left.
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
+        guard case .running = work.phase, work.callers.entries[slot].waits else { return false }
+        return work.priority.escalate(slot, to: priority)
+    }
+
     /// Event: a thread offers to write the work's priority; returns whether it is the one to: no
     /// other thread is writing, and the work is in flight and has not started.
     mutating func claimWriting(_ work: AnyWork<Key>, _ writer: DispatchGroup) -> Bool {
@@ -415,7 +422,7 @@ import Foundation
     @inlinable var waits: Bool {
         switch self {
         case .handler, .arriving, .parked, .held: true
-        case .operation(let operation): operation.completionHandler != nil
+        case .operation(let operation): operation.hasOwnCaller
         case .owed, .gone: false
         }
     }

@@ -27,32 +27,43 @@ extension ConcurrentOperation {
     @usableFromInline final func cancelInFoundation() { super.cancel() }
 
     /// The result is decided: a running operation finishes now, one its queue has yet to start
-    /// finishes when it does. Returns whether this call decided it.
-    @usableFromInline @discardableResult final func resultDecided() -> Bool {
-        let (decided, finishing) = lifecycle.withLock { lifecycle -> (Bool, Bool) in
+    /// finishes when it does. Returns the completion handler to call, let go of by the operation,
+    /// if this call decided the result and the operation still held one.
+    @usableFromInline @discardableResult final func resultDecided() -> Handler? {
+        let (handler, finishing) = lifecycle.withLock { lifecycle -> (Handler?, Bool) in
             switch lifecycle {
             case .idle(let onQueue):
                 lifecycle = .decidedBeforeStart(onQueue: onQueue)
-                return (true, false)
+                return (takeCompletionHandler(), false)
             case .executing:
                 lifecycle = .finishing
-                return (true, true)
+                return (takeCompletionHandler(), true)
             case .finishing, .decidedBeforeStart, .finished:
-                return (false, false)
+                return (nil, false)
             }
         }
         if finishing {
             postingChanges(to: ["isExecuting", "isFinished"]) { lifecycle.withLock { $0 = .finished } }
         }
         releaseDependenciesIfUnqueued()
-        return decided
+        return handler
     }
 
-    /// Finishes an operation that will never run (one that joined other work), once.
-    @usableFromInline final func finishWithoutRunning() {
-        guard lifecycle.withLock({ $0 != .finished }) else { return }
+    /// Finishes an operation that will never run (one that joined other work), once. Returns its
+    /// completion handler, let go of, to call with what it heard.
+    @usableFromInline final func finishWithoutRunning() -> Handler? {
+        let (finished, handler) = lifecycle.withLock { ($0 == .finished, takeCompletionHandler()) }
+        guard !finished else { return handler }
         releaseDependencies()
         postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        return handler
+    }
+
+    /// Lets go of the completion handler, after (or for) its one call. Under `lifecycle`'s lock.
+    @usableFromInline final func takeCompletionHandler() -> Handler? {
+        let handler = completionHandler
+        completionHandler = nil
+        return handler
     }
 
     /// Claims an operation that is on no queue for one, so that it is never added twice: true if

@@ -21,30 +21,48 @@ extension CoalescibleOperation {
         case ended
     }
 
+    /// What taking an operation found.
+    @usableFromInline enum Taking {
+        /// It was not fresh: nobody may take it.
+        case refused
+        /// Taken to join work: its completion handler stays with it until it hears.
+        case joins
+        /// Taken to run work: `own` is its completion handler, if any, handed to the work as its
+        /// caller and no longer held by the operation.
+        case runs(own: Handler?)
+    }
+
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
     /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
     /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
     /// an operation's locks are only ever taken inside it.
     @inlinable final func take(
         _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
-    ) -> Bool {
+    ) -> Taking {
         link.withLock { link in
-            guard case .fresh = link else { return false }
+            guard case .fresh = link else { return .refused }
             // Looked at and claimed in one turn of the lifecycle's lock.
-            let claimed = lifecycle.withLock { lifecycle in
-                guard case .idle(onQueue: false) = lifecycle else { return false }
+            let taking = lifecycle.withLock { lifecycle -> Taking in
+                guard case .idle(onQueue: false) = lifecycle else { return .refused }
                 lifecycle = .idle(onQueue: queued)
-                return true
+                guard slot == nil else { return .joins }
+                return .runs(own: takeCompletionHandler())
             }
-            if claimed { link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work) }
-            return claimed
+            if case .refused = taking { return taking }
+            if let slot {
+                link = .rides(engine, work, slot: slot)
+            } else {
+                link = .runs(engine, work)
+            }
+            return taking
         }
     }
 
-    /// The operation joined work and has heard: it finishes, and lets go of the work.
-    @usableFromInline final func finishJoined() {
+    /// The operation joined work and has heard: it finishes, lets go of the work, and returns its
+    /// completion handler, let go of too, to call with what it heard.
+    @usableFromInline final func finishJoined() -> Handler? {
         unlink()
-        finishWithoutRunning()
+        return finishWithoutRunning()
     }
 
     /// Its work's result was decided: its `cancel()` no longer goes to the engine.

@@ -240,8 +240,10 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         // Read before arriving: an escalation between arriving and waiting is then not missed.
         let arrivedAt = Task.currentPriority
+        // The task's own priority counts, as the matching quality of service (Guarantee 19).
         let newcomer = Newcomer<Value>(
-            .arriving(consumes: false), sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
+            .arriving(consumes: false), urgency: Urgency(serviceOf: arrivedAt),
+            sink: progress.map { ProgressSink(queue: nil, onProgress: $0) }, ownsOperation: true)
         let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
@@ -282,8 +284,12 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         // Read before arriving: an escalation between arriving and waiting is then not missed.
         let arrivedAt = Task.currentPriority
+        // The task's own priority counts, as the matching quality of service, beside what it asks
+        // for (Guarantee 19).
+        var urgency = Urgency(serviceOf: arrivedAt)
+        if let priority { urgency = urgency.raised(to: Urgency(priority)) }
         let handle = arrive(
-            identifier, Caller<Value>.arriving(consumes: false), priority.map(Urgency.init),
+            identifier, Caller<Value>.arriving(consumes: false), urgency,
             progress.map { ProgressSink(queue: nil, onProgress: $0) }, timeout, makeOperation)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
@@ -334,9 +340,25 @@ public final class OperationQueueManager: Sendable {
         @usableFromInline let caller: Caller<Value>
         @usableFromInline let urgency: Urgency?
         @usableFromInline let sink: ProgressSink?
+        /// Whether the operation is the newcomer's own (`value(of:)`), whose priority it brings
+        /// along, rather than one built for it.
+        @usableFromInline let ownsOperation: Bool
 
-        @inlinable init(_ caller: Caller<Value>, urgency: Urgency? = nil, sink: ProgressSink? = nil) {
-            (self.caller, self.urgency, self.sink) = (caller, urgency, sink)
+        @inlinable init(
+            _ caller: Caller<Value>, urgency: Urgency? = nil, sink: ProgressSink? = nil, ownsOperation: Bool = false
+        ) {
+            self.caller = caller
+            self.urgency = urgency
+            self.sink = sink
+            self.ownsOperation = ownsOperation
+        }
+
+        /// What it asks for beside an operation that joined other work, or that runs work it had
+        /// joined before: its own urgency, raised to the operation's when the operation is its own;
+        /// the operation's when it asks for none (Guarantee 19).
+        @inlinable func asking(beside operation: Urgency) -> Urgency {
+            guard let urgency else { return operation }
+            return ownsOperation ? urgency.raised(to: operation) : urgency
         }
     }
 
