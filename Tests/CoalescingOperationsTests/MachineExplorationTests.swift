@@ -242,8 +242,9 @@ private final class World {
             } else {
                 let runner = CoalescibleOperation<Int>(identifier: "k")
                 works.append(
-                    Work(key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, timed: false)
-                )
+                    Work(
+                        key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor,
+                        startedAt: nil))
                 settled.append(false)
                 work = works.count - 1
                 machine.start(works[work])
@@ -514,7 +515,7 @@ private final class World {
         let copy = World(scenario, mailbox: mailbox)
         copy.works = works.map { work in
             let clone = Work<String, Int>(
-                key: work.key, runner: work.runner, policy: work.policy, floor: Self.floor, timed: false)
+                key: work.key, runner: work.runner, policy: work.policy, floor: Self.floor, startedAt: nil)
             clone.phase = work.phase
             (clone.live, clone.arrivals, clone.unparked) = (work.live, work.arrivals, work.unparked)
             (clone.isIndexed, clone.isPrefetch, clone.progress) = (work.isIndexed, work.isPrefetch, work.progress)

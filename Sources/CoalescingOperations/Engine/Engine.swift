@@ -20,15 +20,28 @@ import Foundation
     @usableFromInline let observer: (@Sendable (CoalescingEvent<Key>) -> Void)?
     /// How long work may stay in flight with callers waiting before it is reported.
     let stallThreshold: Duration?
+    /// How long a prefetched result waits for its consumer; nil where nothing is stored.
+    let prefetchTimeout: Duration?
+    /// The clock the timers run on and the events' time is read from.
+    @usableFromInline let clock: EngineClock
+    /// Whether events need the time: durations for an observer, expiry for stored results. The
+    /// clock is read only then, and never under the lock.
+    @usableFromInline let keepsTime: Bool
 
     init(
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?,
-        prefetchTimeout: Duration? = nil
+        prefetchTimeout: Duration? = nil, clock: EngineClock
     ) {
         self.observer = observer
         self.stallThreshold = stallThreshold
+        self.prefetchTimeout = prefetchTimeout
+        self.clock = clock
+        keepsTime = observer != nil || prefetchTimeout != nil
         state = LockedState(Machine(observed: observer != nil, prefetchTimeout: prefetchTimeout))
     }
+
+    /// The time on the clock, if events need it.
+    @inlinable func time() -> Duration? { keepsTime ? clock.now() : nil }
 
     var statistics: CoalescingStatistics { state.withLock { $0.statistics } }
 
@@ -79,13 +92,14 @@ import Foundation
         let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
         let callerPriority = Task.currentPriority
         let caller = Caller<Value>.arriving(consumes: role == .consumer)
+        let now = time()
         // Returned rather than captured: a `var` the closure mutates may cost an allocation.
         let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Value>?) in
-            if role != .plain, machine.nextExpiry != nil {
-                if role == .consumer, let value = machine.takeStored(key, as: Value.self) {
+            if role != .plain, machine.nextExpiry != nil, let now {
+                if role == .consumer, let value = machine.takeStored(key, as: Value.self, at: now) {
                     return (.taken(value), nil)
                 }
-                if role == .prefetcher, machine.hasStored(key) { return (.alreadyStored, nil) }
+                if role == .prefetcher, machine.hasStored(key, at: now) { return (.alreadyStored, nil) }
             }
             if let work = machine.inFlight(key, as: Value.self) {
                 work.isPrefetch = work.isPrefetch || role == .prefetcher
@@ -94,8 +108,7 @@ import Foundation
             }
             let startPriority = priority ?? callerPriority
             let work = Work<Key, Value>(
-                key: key, runner: .unstarted, policy: whenAbandoned, floor: Urgency(startPriority),
-                timed: machine.outbox != nil)
+                key: key, runner: .unstarted, policy: whenAbandoned, floor: Urgency(startPriority), startedAt: now)
             work.isPrefetch = role == .prefetcher
             machine.start(work)
             let joined = machine.join(work, caller, asking: nil, watching: sink)
@@ -120,7 +133,7 @@ import Foundation
     @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
         if let entry {
             if entry.started { watchForStall(entry.work) }
-            if let timeout { withdraw(entry.work, slot: entry.joined?.slot, after: timeout) }
+            if let timeout { armTimeout(entry.work, slot: entry.joined?.slot, after: timeout) }
             if entry.joined?.raised == true { applyPriority(of: entry.work) }
             if let joined = entry.joined, joined.delivers, let sink {
                 deliverCalls(to: joined.slot, of: entry.work, via: sink)
@@ -158,16 +171,19 @@ import Foundation
     @inlinable func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false
     ) -> Decided<Value>? {
-        state.withLock { $0.decide(work, with: result, stopping: stopping) }
+        let now = time()
+        return state.withLock { $0.decide(work, with: result, stopping: stopping, at: now) }
     }
 
-    /// The second half of an end: the work stops, then its callers hear.
+    /// The second half of an end: the work stops, then its callers hear; a value stored for a
+    /// consumer has its expiry armed.
     @inlinable func carryOut<Value>(
         _ decided: Decided<Value>?, of work: Work<Key, Value>, with result: Result<Value, Error>
     ) {
         guard let decided else { return }
         stop(decided)
         settle(work, decided, with: result)
+        if decided.stores { armExpiry() }
     }
 
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that
@@ -323,17 +339,29 @@ import Foundation
     // MARK: Timers
 
     /// Withdraws the caller in `slot` with ``CoalescingError/timedOut`` once `timeout` has
-    /// passed, unless the result reached it first. Holds the work only weakly meanwhile.
-    @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
-        Controls.schedule(after: timeout) { [weak self, weak work] in
+    /// passed on the clock, unless the result reached it first. Holds the work only weakly
+    /// meanwhile.
+    @usableFromInline func armTimeout<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
+        clock.schedule(timeout) { [weak self, weak work] in
             if let self, let work { self.withdraw(work, slot: slot, reason: .timedOut) }
+        }
+    }
+
+    /// Releases the stored results that have expired once the prefetch timeout has passed on the
+    /// clock: the expiry as an event, so that a result nobody takes is not kept until the next call.
+    @usableFromInline func armExpiry() {
+        guard let prefetchTimeout else { return }
+        clock.schedule(prefetchTimeout) { [weak self] in
+            guard let self else { return }
+            let now = clock.now()
+            state.withLock { $0.releaseExpired(at: now) }
         }
     }
 
     /// Reports `work`, once, if it is still in flight with callers after the stall threshold.
     @usableFromInline func watchForStall(_ work: AnyWork<Key>) {
         guard let threshold = stallThreshold else { return }
-        Controls.schedule(after: threshold) { [weak self, weak work] in
+        clock.schedule(threshold) { [weak self, weak work] in
             guard let self, let work else { return }
             let callers = state.withLock { $0.stalled(work, after: threshold) }
             guard callers > 0 else { return }
@@ -393,6 +421,7 @@ extension Engine where Key == OperationKey {
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
+        let now = time()
         return state.withLock { machine in
             var admitted = OperationQueueManager.Admitted<Value>()
             if let work = machine.inFlight(key, as: Value.self),
@@ -401,7 +430,7 @@ extension Engine where Key == OperationKey {
                 let joined = machine.join(work, .operation(operation), asking: urgency, watching: sink)
                 admitted = .init(.joinedWork, Entry(work, joined))
             } else if case let work = Work<OperationKey, Value>(
-                key: key, runner: .operation(operation), policy: policy, floor: urgency, timed: machine.outbox != nil),
+                key: key, runner: .operation(operation), policy: policy, floor: urgency, startedAt: now),
                 case .runs(let handler) = operation.take(work, of: self, slot: nil)
             {
                 machine.start(work)
@@ -448,10 +477,10 @@ extension Engine where Key == OperationKey {
     /// Work for an operation that others join by hand, in an engine of its own that indexes it
     /// nowhere: its result takes the same path as any other.
     static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
-        let engine = Engine(observer: nil, stallThreshold: nil)
+        let engine = Engine(observer: nil, stallThreshold: nil, clock: EngineClock(ContinuousClock()))
         let work = Work<OperationKey, Value>(
             key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
-            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), timed: false)
+            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
         return engine.state.withLock { machine in
             guard case .runs(let handler) = operation.take(work, of: engine, slot: nil, queued: false) else {
                 return nil

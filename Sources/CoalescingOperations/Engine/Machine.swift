@@ -26,8 +26,6 @@ import Foundation
     @usableFromInline var outbox: Outbox<Key>?
     /// How long a prefetched result waits for its consumer; nil where nothing is stored.
     @usableFromInline let prefetchTimeout: Duration?
-    /// The clock stored results expire by, as the time since ``clockOrigin``; tests move it by hand.
-    @usableFromInline var now: @Sendable () -> Duration = { .now - clockOrigin }
     /// The earliest expiry among stored results, or later; nil when nothing is stored.
     @usableFromInline var nextExpiry: Duration?
 
@@ -170,34 +168,38 @@ import Foundation
 
     // MARK: The end
 
-    /// Event: the work's result is decided (it finished, was cancelled, or was abandoned): counted
-    /// and recorded now, handed to the callers at ``settle(_:with:)``. Nil if already decided.
-    /// Inlinable, like ``settle(_:with:)``: unspecialized, each looked its types up at every end.
+    /// Event: the work's result is decided (it finished, was cancelled, or was abandoned), `now`
+    /// on the coalescer's clock if it keeps time: counted and recorded now, handed to the callers
+    /// at ``settle(_:with:)``. Nil if already decided. Inlinable, like ``settle(_:with:)``:
+    /// unspecialized, each looked its types up at every end.
     @inlinable mutating func decide<Value>(
-        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
+        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool, at now: Duration? = nil
     ) -> Decided<Value>? {
         guard case .running = work.phase else { return nil }
         let runner = work.runner
         work.phase = .deciding
+        var stores = false
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.isPrefetch, work.isIndexed, case .success(let value) = result, !work.callers.hasConsumer,
-            let timeout = prefetchTimeout
+            let timeout = prefetchTimeout, let now
         {
-            let expiry = now() + timeout
+            let expiry = now + timeout
             work.stored = value
             work.phase = .stored(until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
+            stores = true
         } else {
             unindex(work)
         }
         let outcome = WorkOutcome(result)
         statistics.countEnd(outcome, served: work.live)
         let error: (any Error)? = if case .failure(let error) = result, outcome == .failed { error } else { nil }
+        let duration = if let now, let startedAt = work.startedAt { now - startedAt } else { Duration.zero }
         record(
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: work.live,
-                duration: work.startedAt.map { .now - $0 } ?? .zero))
-        return Decided(runner: runner, stopping: stopping)
+                duration: duration))
+        return Decided(runner: runner, stopping: stopping, stores: stores)
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -334,10 +336,12 @@ import Foundation
 
     // MARK: Prefetched results
 
-    /// Event: a consumer arrives and takes the value stored for `key`, counted as a caller who
-    /// joined the prefetch and was served. Nil if none is stored.
-    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type) -> Value? {
-        releaseExpired()
+    /// Event: a consumer arrives, `now`, and takes the value stored for `key`, counted as a caller
+    /// who joined the prefetch and was served. Nil if none is stored.
+    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type, at now: Duration)
+        -> Value?
+    {
+        releaseExpired(at: now)
         guard let entry = index[key], case .stored = entry.phase else { return nil }
         let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
         defer { work.stored = nil }
@@ -349,18 +353,17 @@ import Foundation
         return work.stored
     }
 
-    /// Whether a prefetched result waits for `key`.
-    @usableFromInline mutating func hasStored(_ key: Key) -> Bool {
-        releaseExpired()
+    /// Whether a prefetched result waits for `key`, `now`.
+    @usableFromInline mutating func hasStored(_ key: Key, at now: Duration) -> Bool {
+        releaseExpired(at: now)
         if case .stored = index[key]?.phase { return true }
         return false
     }
 
-    /// Drops expired results; sweeps only once the earliest expiry has passed.
-    @usableFromInline mutating func releaseExpired() {
-        guard let nextExpiry else { return }
-        let now = now()
-        guard now >= nextExpiry else { return }
+    /// Event: time passed, to `now` (an expiry timer fired, or a caller arrived). Drops expired
+    /// results; sweeps only once the earliest expiry has passed.
+    @usableFromInline mutating func releaseExpired(at now: Duration) {
+        guard let nextExpiry, now >= nextExpiry else { return }
         var earliest: Duration?
         for (key, work) in index {
             guard case .stored(let expiry) = work.phase else { continue }
@@ -386,7 +389,8 @@ import Foundation
     case deciding
     /// Its callers were handed the result.
     case ended
-    /// A prefetched value waits for its consumer until `until` on ``Machine/now`` (kept in ``Work/stored``).
+    /// A prefetched value waits for its consumer until `until` on the coalescer's clock (kept in
+    /// ``Work/stored``).
     case stored(until: Duration)
 }
 
@@ -462,13 +466,17 @@ import Foundation
     @inlinable init() {}
 }
 
-/// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of.
+/// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
+/// and, if it `stores` its value for a consumer, a timer for the value's expiry.
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
+    @usableFromInline let stores: Bool
 
-    @inlinable init(runner: Runner<Value>, stopping: Bool) {
-        (self.runner, self.stopping) = (runner, stopping)
+    @inlinable init(runner: Runner<Value>, stopping: Bool, stores: Bool = false) {
+        self.runner = runner
+        self.stopping = stopping
+        self.stores = stores
     }
 }
 

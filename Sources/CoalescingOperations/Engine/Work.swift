@@ -25,19 +25,19 @@ import Foundation
     @usableFromInline @exclusivity(unchecked) var isPrefetch = false
     /// What happens when the last caller withdraws.
     @usableFromInline let policy: AbandonedWorkPolicy
-    /// When the work started; only read where an observer wants durations.
-    @usableFromInline let startedAt: ContinuousClock.Instant?
+    /// When the work started, on its coalescer's clock; only kept where an observer wants durations.
+    @usableFromInline let startedAt: Duration?
     /// The latest progress the work reported, for callers who join later.
     @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
 
     /// The priority: see Priority.swift.
     @usableFromInline @exclusivity(unchecked) var priority: PriorityState
 
-    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
+    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, startedAt: Duration?) {
         self.key = key
         self.policy = policy
         priority = PriorityState(floor: floor, risesOnly: risesOnly)
-        startedAt = timed ? .now : nil
+        self.startedAt = startedAt
     }
 
     /// Writes the priority to whatever runs the work.
@@ -58,10 +58,12 @@ import Foundation
     /// The prefetched value, while the phase is ``Phase/stored(until:)``.
     @usableFromInline @exclusivity(unchecked) var stored: Value?
 
-    @inlinable init(key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, timed: Bool) {
+    @inlinable init(
+        key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, startedAt: Duration?
+    ) {
         self.runner = runner
         let risesOnly = if case .operation = runner { false } else { true }
-        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, timed: timed)
+        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, startedAt: startedAt)
     }
 
     override func write(_ priority: Urgency) { runner.prioritize(priority) }

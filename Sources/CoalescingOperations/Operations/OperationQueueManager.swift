@@ -31,13 +31,15 @@ public final class OperationQueueManager: Sendable {
     /// queue. See ``Engine``.
     @usableFromInline let engine: Engine<OperationKey>
 
-    /// Receives the manager's events; see ``init(queue:observer:stallThreshold:)``.
+    /// Receives the manager's events; see ``init(queue:observer:stallThreshold:clock:)``.
     public typealias Observer = @Sendable (CoalescingEvent<String>) -> Void
 
     /// Creates a manager that runs its work on `queue`.
     ///
     /// The stall threshold is a development aid for work that never calls `finish(result:)`: see
     /// <doc:WhenCallersNeverHearBack>.
+    ///
+    /// Its time runs on `clock`, which a test can advance by hand: see <doc:TestingWithAClock>.
     ///
     /// - Parameters:
     ///   - queue: The queue to add operations to. Defaults to a new concurrent queue.
@@ -52,14 +54,20 @@ public final class OperationQueueManager: Sendable {
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS` (a number of seconds; any
     ///     other value is ignored, with a line on standard error), or none. A threshold of about
     ///     292 years or more never passes.
-    public init(queue: OperationQueue = OperationQueue(), observer: Observer? = nil, stallThreshold: Duration? = nil) {
+    ///   - clock: The clock that callers' timeouts and the stall threshold are measured on. The
+    ///     default, the continuous clock, is the wall's; a test passes a clock it advances by hand,
+    ///     so that a 30-second timeout passes in no time.
+    public init<C: Clock>(
+        queue: OperationQueue = OperationQueue(), observer: Observer? = nil, stallThreshold: Duration? = nil,
+        clock: C = ContinuousClock()
+    ) where C.Duration == Duration {
         self.queue = queue
         let forward = observer.map { observer in
             { @Sendable (event: CoalescingEvent<OperationKey>) in observer(event.map(\.identifier)) }
         }
         engine = Engine(
-            observer: forward,
-            stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
+            observer: forward, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            clock: EngineClock(clock))
     }
 
     /// What the manager has done since it was created: work started and how it ended, callers who
