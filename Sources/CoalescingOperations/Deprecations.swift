@@ -58,13 +58,11 @@ extension CoalescibleOperation {
     @available(*, deprecated, message: "enqueue both operations through one OperationQueueManager, which joins them")
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
         // Looked at first, so that a call that cannot join leaves this operation as it was.
-        guard operation !== self, operation.link.withLock({ if case .fresh = $0 { true } else { false } }) else {
-            return false
-        }
-        switch link.withLock({ $0 }) {
+        guard operation !== self, case .fresh = operation.linked else { return false }
+        switch linked {
         case .runs(let engine, let work): return engine.join(operation, to: work)
         case .fresh:
-            guard let work = Engine.adopting(self), case .runs(let engine, _) = link.withLock({ $0 }) else {
+            guard let work = Engine.adopting(self), case .runs(let engine, _) = linked else {
                 return false
             }
             return engine.join(operation, to: work)

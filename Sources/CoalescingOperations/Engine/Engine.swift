@@ -8,8 +8,11 @@ import Foundation
 /// (an operation on a queue, a detached task); they never take the lock. Every entry point here
 /// takes the lock once for an event, releases it, then acts: it stops work, tells callers,
 /// delivers events and progress, writes priorities. No user code, continuation, KVO notification
-/// or observer ever runs under the lock; an operation's own lock is taken inside this one, never
-/// the other way round.
+/// or observer ever runs under the lock.
+///
+/// The lock order: this engine's lock, then an operation's one lock (`lifecycle`, which also
+/// guards its `link` and its handler), never the other way round; no path holds more than these
+/// two.
 @usableFromInline final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // @unchecked: `state`'s lock guards the machine and the `var`s of every work it holds; the rest
     // is immutable.

@@ -30,32 +30,32 @@ extension ConcurrentOperation {
     /// finishes when it does. Returns the completion handler to call, let go of by the operation,
     /// if this call decided the result and the operation still held one.
     @usableFromInline @discardableResult final func resultDecided() -> Handler? {
-        let (handler, finishing) = lifecycle.withLock { lifecycle -> (Handler?, Bool) in
+        // `unqueued`: decided before any queue started it, and on none.
+        let (handler, finishing, unqueued) = lifecycle.withLock { lifecycle -> (Handler?, Bool, Bool) in
             switch lifecycle {
             case .idle(let onQueue):
                 lifecycle = .decidedBeforeStart(onQueue: onQueue)
-                return (takeCompletionHandler(), false)
+                return (takeCompletionHandler(), false, !onQueue)
             case .executing:
                 lifecycle = .finishing
-                return (takeCompletionHandler(), true)
-            case .finishing, .decidedBeforeStart, .finished:
-                return (nil, false)
+                return (takeCompletionHandler(), true, false)
+            case .decidedBeforeStart(let onQueue):
+                return (nil, false, !onQueue)
+            case .finishing, .finished:
+                return (nil, false, false)
             }
         }
         if finishing {
             postingChanges(to: ["isExecuting", "isFinished"]) { lifecycle.withLock { $0 = .finished } }
         }
-        releaseDependenciesIfUnqueued()
-        return handler
-    }
-
-    /// Finishes an operation that will never run (one that joined other work), once. Returns its
-    /// completion handler, let go of, to call with what it heard.
-    @usableFromInline final func finishWithoutRunning() -> Handler? {
-        let (finished, handler) = lifecycle.withLock { ($0 == .finished, takeCompletionHandler()) }
-        guard !finished else { return handler }
-        releaseDependencies()
-        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        // An operation that finishes without running must stop waiting on its dependencies before
+        // it is let go of: swift-corelibs-foundation keeps a dependency's dependents unretained,
+        // and the dependency finishing later would reach a freed operation. Foundation unregisters
+        // under the dependency's lock, the one under which a finishing dependency picks its
+        // dependents, so no dependency reaches the operation afterwards. (An operation its queue
+        // ran had its dependencies finish first; one on a queue is released when the queue
+        // starts it.)
+        if unqueued { releaseDependencies() }
         return handler
     }
 
@@ -85,16 +85,7 @@ extension ConcurrentOperation {
         }
     }
 
-    /// An operation that finishes without running must stop waiting on its dependencies before it
-    /// is let go of: swift-corelibs-foundation keeps a dependency's dependents unretained, and the
-    /// dependency finishing later would reach a freed operation. Foundation unregisters under the
-    /// dependency's lock, the one under which a finishing dependency picks its dependents, so no
-    /// dependency reaches the operation afterwards. (An operation its queue ran had its
-    /// dependencies finish first.)
-    final func releaseDependenciesIfUnqueued() {
-        if lifecycle.withLock({ $0 == .decidedBeforeStart(onQueue: false) }) { releaseDependencies() }
-    }
-
+    /// Stops waiting on its dependencies: see ``resultDecided()`` for why.
     final func releaseDependencies() {
         for dependency in dependencies { removeDependency(dependency) }
     }

@@ -35,42 +35,42 @@ extension CoalescibleOperation {
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
     /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
     /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
-    /// an operation's locks are only ever taken inside it.
+    /// an operation's lock is only ever taken inside it.
     @inlinable final func take(
         _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
     ) -> Taking {
-        link.withLock { link in
-            guard case .fresh = link else { return .refused }
-            // Looked at and claimed in one turn of the lifecycle's lock.
-            let taking = lifecycle.withLock { lifecycle -> Taking in
-                guard case .idle(onQueue: false) = lifecycle else { return .refused }
-                lifecycle = .idle(onQueue: queued)
-                guard slot == nil else { return .joins }
-                return .runs(own: takeCompletionHandler())
-            }
-            if case .refused = taking { return taking }
+        // Looked at and claimed in one turn of the operation's lock.
+        lifecycle.withLock { lifecycle -> Taking in
+            guard case .fresh = link, case .idle(onQueue: false) = lifecycle else { return .refused }
+            lifecycle = .idle(onQueue: queued)
             if let slot {
                 link = .rides(engine, work, slot: slot)
-            } else {
-                link = .runs(engine, work)
+                return .joins
             }
-            return taking
+            link = .runs(engine, work)
+            return .runs(own: takeCompletionHandler())
         }
     }
 
-    /// The operation joined work and has heard: it finishes, lets go of the work, and returns its
-    /// completion handler, let go of too, to call with what it heard.
+    /// The operation joined work and has heard: it lets go of the work and finishes without
+    /// running, once, and returns its completion handler, let go of too, to call with what it heard.
     @usableFromInline final func finishJoined() -> Handler? {
-        unlink()
-        return finishWithoutRunning()
+        let (finished, handler) = lifecycle.withLock { lifecycle in
+            link = .ended
+            return (lifecycle == .finished, takeCompletionHandler())
+        }
+        guard !finished else { return handler }
+        releaseDependencies()
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        return handler
     }
 
     /// Its work's result was decided: its `cancel()` no longer goes to the engine.
-    @usableFromInline final func unlink() { link.withLock { $0 = .ended } }
+    @usableFromInline final func unlink() { lifecycle.withLock { _ in link = .ended } }
 
     /// The work this operation runs or rides on in `engine`, if any.
     @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
-        switch link.withLock({ $0 }) {
+        switch linked {
         case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
         case .fresh, .alone, .ended: nil
         }
