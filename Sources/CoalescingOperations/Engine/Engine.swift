@@ -50,27 +50,14 @@ import Foundation
 
     // MARK: Arriving
 
-    /// Where a caller arrived: the work it started or joined and what the join decided, for
-    /// ``follow(_:timeout:sink:)`` to carry out.
-    @usableFromInline struct Entry<Value: Sendable> {
-        @usableFromInline let work: Work<Key, Value>
-        /// Nil for an operation that started work with no caller of its own.
-        @usableFromInline let joined: Joined?
-        /// Whether the caller started the work: it is then watched for stalls.
-        @usableFromInline let started: Bool
-
-        @inlinable init(_ work: Work<Key, Value>, _ joined: Joined?, started: Bool = false) {
-            (self.work, self.joined, self.started) = (work, joined, started)
-        }
-    }
-
     /// A caller arrives with `key`: it joins the work in flight, if any.
     @inlinable func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
-    ) -> Entry<Value>? {
+    ) -> Entry<Key, Value>? {
         state.withLock { machine in
             guard let work = machine.inFlight(key, as: Value.self) else { return nil }
-            return Entry(work, machine.join(work, caller, asking: urgency, watching: sink))
+            let joined = machine.join(work, caller, asking: urgency, watching: sink)
+            return Entry(work, joined)
         }
     }
 
@@ -94,37 +81,34 @@ import Foundation
     ) -> TaskArrival<Key, Value> {
         let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
         let callerPriority = Task.currentPriority
-        let caller = Caller<Value>.arriving(consumes: role == .consumer)
+        let startPriority = priority ?? callerPriority
         let now = time()
         // Returned rather than captured: a `var` the closure mutates may cost an allocation.
-        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Value>?) in
-            if role != .plain, machine.nextExpiry != nil, let now {
-                if role == .consumer, let value = machine.takeStored(key, as: Value.self, at: now) {
-                    return (.taken(value), nil)
-                }
-                if role == .prefetcher, machine.hasStored(key, at: now) { return (.alreadyStored, nil) }
-            }
-            if let work = machine.inFlight(key, as: Value.self) {
-                work.isPrefetch = work.isPrefetch || role == .prefetcher
-                let joined = machine.join(work, caller, asking: Urgency(callerPriority), watching: sink)
+        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Key, Value>?) in
+            let arrival: Arrival<Key, Value> = machine.arrive(
+                key, as: role, at: callerPriority, starting: startPriority, policy: whenAbandoned, watching: sink,
+                at: now)
+            switch arrival {
+            case .taken(let value):
+                return (.taken(value), nil)
+            case .alreadyStored:
+                return (.alreadyStored, nil)
+            case .joins(let work, let joined):
                 return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined))
-            }
-            let startPriority = priority ?? callerPriority
-            let work = Work<Key, Value>(
-                key: key, runner: .unstarted, policy: whenAbandoned, floor: Urgency(startPriority), startedAt: now)
-            work.isPrefetch = role == .prefetcher
-            machine.start(work)
-            let joined = machine.join(work, caller, asking: nil, watching: sink)
-            // Created under the lock, so that its end cannot overtake this arrival.
-            work.runner = .task(
-                startTask(for: work, name: name, priority: startPriority) { [self] in
+            case .starts(let work, let joined):
+                // Created under the lock, so that its end cannot overtake this arrival.
+                let task = startTask(for: work, name: name, priority: startPriority) { [self] in
                     do {
                         end(work, with: .success(try await operation()))
                     } catch {
                         end(work, with: .failure(error))
                     }
-                })
-            return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true))
+                }
+                machine.assign(task, to: work)
+                return (
+                    .waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true)
+                )
+            }
         }
         follow(entry, timeout: timeout, sink: sink)
         return arrival
@@ -133,7 +117,7 @@ import Foundation
     /// What follows every arrival once the lock is released: new work is watched for stalls, the
     /// caller's timeout armed, the work's priority raised, the latest progress delivered, the
     /// events delivered. Only a caller that asked for a deadline, or for progress, pays for it.
-    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
+    @inlinable func follow<Value>(_ entry: Entry<Key, Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
         if let entry {
             if entry.started { watchForStall(entry.work) }
             if let timeout { armTimeout(entry.work, slot: entry.joined?.slot, after: timeout) }
@@ -419,46 +403,18 @@ extension Engine where Key == OperationKey {
     @inlinable func admit<Value>(
         _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
         then newcomer: OperationQueueManager.Newcomer<Value>?
-    ) -> OperationQueueManager.Admitted<Value> {
+    ) -> Admitted<Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
         let now = time()
         return state.withLock { machine in
-            var admitted = OperationQueueManager.Admitted<Value>()
-            if let work = machine.inFlight(key, as: Value.self),
-                case .joins = operation.take(work, of: self, slot: work.callers.entries.count)
-            {
-                let joined = machine.join(work, .operation(operation), asking: urgency, watching: sink)
-                admitted = .init(.joinedWork, Entry(work, joined))
-            } else if case let work = Work<OperationKey, Value>(
-                key: key, runner: .operation(operation), policy: policy, floor: urgency, startedAt: now),
-                case .runs(let handler) = operation.take(work, of: self, slot: nil)
-            {
-                machine.start(work)
-                let own = handler.map { Caller.handler($0, queue: operation.callBackQueue) }
-                let joined = own.map { machine.join(work, $0, asking: nil, watching: sink) }
-                admitted = .init(.startedWork, Entry(work, joined, started: true))
-                admitted.queued = true
-            } else if let runs = operation.claimForQueue() {
-                // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
-                admitted.admission = runs ? .startedWork : .ignored
-                admitted.queued = true
-            } else if newcomer != nil, let work = operation.work(in: self), case .running = work.phase {
-                // Enqueued here before: a caller brought with it waits for the work it runs or
-                // joined, while its result is open; otherwise it hears the operation was not fresh.
-                admitted = .init(.joinedWork, Entry(work, nil))
+            machine.admit(
+                operation, as: key, asking: urgency, policy: policy, watching: sink, then: newcomer, at: now
+            ) { work, slot in
+                operation.take(work, of: self, slot: slot, admitting: true)
             }
-            if let newcomer, let entry = admitted.entry {
-                // Where the operation started the work, its priority is the work's floor, which the
-                // app may move: the newcomer asks only for what it brought itself (Guarantee 19).
-                let asked = entry.started ? newcomer.urgency : newcomer.asking(beside: urgency)
-                var joined = machine.join(entry.work, newcomer.caller, asking: asked, watching: newcomer.sink)
-                joined.raised = joined.raised || entry.joined?.raised == true
-                admitted.entry = Entry(entry.work, joined, started: entry.started)
-            }
-            return admitted
         }
     }
 
@@ -466,7 +422,7 @@ extension Engine where Key == OperationKey {
     /// result is still open. Returns whether it joined.
     func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: rider))
-        let entry = state.withLock { machine -> Entry<Value>? in
+        let entry = state.withLock { machine -> Entry<OperationKey, Value>? in
             // Only an operation not yet started can be joined by hand (Guarantee 10): its start
             // freezes its priority, under this lock.
             guard case .running = work.phase, !work.priority.isFrozen else { return nil }

@@ -23,32 +23,55 @@ extension CoalescibleOperation {
 
     /// What taking an operation found.
     @usableFromInline enum Taking {
-        /// It was not fresh: nobody may take it.
-        case refused
         /// Taken to join work: its completion handler stays with it until it hears.
         case joins
         /// Taken to run work: `own` is its completion handler, if any, handed to the work as its
         /// caller and no longer held by the operation.
         case runs(own: Handler?)
+        /// Not fresh, and on no queue, so handed to the manager's queue now (admission only): it
+        /// `runs` work of its own, or was decided before it was enqueued.
+        case unqueued(runs: Bool)
+        /// Not fresh: nobody may take it. `work` is the work it runs or joined in this engine, if
+        /// any (admission only).
+        case refused(Work<OperationKey, Value>?)
     }
 
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
     /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
-    /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
-    /// an operation's lock is only ever taken inside it.
+    /// its queue (`queued`); work joined by hand leaves it to be enqueued. A manager `admitting`
+    /// an operation that is not fresh also hands it to its queue if it is on none. Under the
+    /// engine's lock; an operation's lock is only ever taken inside it.
     @inlinable final func take(
-        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
+        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true,
+        admitting: Bool = false
     ) -> Taking {
         // Looked at and claimed in one turn of the operation's lock.
         lifecycle.withLock { lifecycle -> Taking in
-            guard case .fresh = link, case .idle(onQueue: false) = lifecycle else { return .refused }
-            lifecycle = .idle(onQueue: queued)
-            if let slot {
-                link = .rides(engine, work, slot: slot)
-                return .joins
+            if case .fresh = link, case .idle(onQueue: false) = lifecycle {
+                lifecycle = .idle(onQueue: queued)
+                if let slot {
+                    link = .rides(engine, work, slot: slot)
+                    return .joins
+                }
+                link = .runs(engine, work)
+                return .runs(own: takeCompletionHandler())
             }
-            link = .runs(engine, work)
-            return .runs(own: takeCompletionHandler())
+            guard admitting else { return .refused(nil) }
+            switch lifecycle {
+            case .idle(onQueue: false):
+                lifecycle = .idle(onQueue: true)
+                return .unqueued(runs: true)
+            case .decidedBeforeStart(onQueue: false):
+                lifecycle = .decidedBeforeStart(onQueue: true)
+                return .unqueued(runs: false)
+            case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
+                break
+            }
+            switch link {
+            case .runs(let owner, let work), .rides(let owner, let work, _):
+                return .refused(owner === engine ? work : nil)
+            case .fresh, .alone, .ended: return .refused(nil)
+            }
         }
     }
 
@@ -67,14 +90,6 @@ extension CoalescibleOperation {
 
     /// Its work's result was decided: its `cancel()` no longer goes to the engine.
     @usableFromInline final func unlink() { lifecycle.withLock { _ in link = .ended } }
-
-    /// The work this operation runs or rides on in `engine`, if any.
-    @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
-        switch linked {
-        case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
-        case .fresh, .alone, .ended: nil
-        }
-    }
 
     /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.
     final func write(_ priority: OperationPriority) {

@@ -370,21 +370,6 @@ public final class OperationQueueManager: Sendable {
         }
     }
 
-    /// What admitting an operation decided.
-    @usableFromInline struct Admitted<Value: Sendable> {
-        @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
-        /// The work the caller started or joined here, and its slot there.
-        @usableFromInline var entry: Engine<OperationKey>.Entry<Value>?
-        /// Whether the operation must be added to the queue.
-        @usableFromInline var queued = false
-
-        @inlinable init(
-            _ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Engine<OperationKey>.Entry<Value>? = nil
-        ) {
-            (self.admission, self.entry) = (admission, entry)
-        }
-    }
-
     /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
     /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
     /// was cancelled. Takes the caller's parts, not a ``Newcomer``: one made on the joining path was
@@ -399,18 +384,17 @@ public final class OperationQueueManager: Sendable {
         }
         let operation = makeOperation()
         let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
-        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
-        if handle.work == nil, case .handler = caller { caller.tell(.failure(CoalescingError.cancelled)) }
-        return handle
+        return launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
     }
 
-    /// Carries out an admission once the lock is released: queues the operation, then what
-    /// follows every arrival (``Engine/follow(_:timeout:sink:)``).
+    /// Carries out an admission once the lock is released: queues the operation, tells a handler
+    /// that found no work, then what follows every arrival (``Engine/follow(_:timeout:sink:)``).
     @inlinable func launched<Value>(
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
         sink: ProgressSink? = nil
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued { queue.addOperation(operation) }
+        admitted.refused?.tell(.failure(CoalescingError.cancelled))
         engine.follow(admitted.entry, timeout: timeout, sink: sink)
         let entry = admitted.entry
         return CoalescingHandle(
