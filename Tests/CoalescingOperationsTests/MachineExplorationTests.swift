@@ -280,7 +280,8 @@ private final class World {
         case .control:
             switch scenario.control! {
             case .forget:
-                forgot = machine.forget("k") || forgot
+                let found = machine.forget(where: { $0 == "k" })
+                forgot = forgot || found
                 expectedIndexed = nil
             case .cancelKey, .cancelAll:
                 let all = scenario.control == .cancelAll

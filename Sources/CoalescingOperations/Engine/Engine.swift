@@ -210,9 +210,7 @@ import Foundation
 
     /// Forgets the work in flight under every key that `matches`; returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        state.withLock { machine in
-            machine.index.keys.filter(matches).reduce(false) { machine.forget($1) || $0 }
-        }
+        state.withLock { $0.forget(where: matches) }
     }
 
     // MARK: Progress

@@ -62,14 +62,15 @@ import Foundation
     ) -> Joined {
         let slot = work.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
-        let raised = urgency.map { work.priority.demand($0, from: slot) } ?? false
-        let delivers = sink.map { work.watch($0, in: slot) } ?? false
+        var joined = Joined(slot: slot)
+        if let urgency { joined.raised = work.priority.demand(urgency, from: slot) }
+        if let sink { joined.delivers = work.watch(sink, in: slot) }
         if case .arriving = caller { work.unparked += 1 }
         work.live += 1
         statistics.countArrival(joining: work.arrivals > 0)
         if work.arrivals > 0 { record(.callerJoined(key: work.key, work: work.number, callers: work.live)) }
         work.arrivals += 1
-        return Joined(slot: slot, raised: raised, delivers: delivers)
+        return joined
     }
 
     /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
@@ -80,7 +81,14 @@ import Foundation
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) -> Withdrawn<Value> {
         var action = Withdrawn<Value>()
-        guard case .running = work.phase else { return action }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: the caller left (its timeout fired, its task or operation was
+            // cancelled) as or after the result was decided, which is its last call (Guarantee 17).
+            return action
+        }
         var waited = true
         if let slot {
             guard work.callers.entries[slot].isOpen else { return action }
@@ -92,7 +100,8 @@ import Foundation
             }
             action.reprioritizes = work.priority.release(slot)
             let heard = result ?? .failure(reason.error)
-            action.told = work.conclude(slot, with: heard, droppingProgress: true).map { ($0, heard) }
+            let told = work.conclude(slot, with: heard, droppingProgress: true)
+            if let told { action.told = (told, heard) }
         }
         if waited, work.live == 0, work.policy == .cancel {
             action.decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
@@ -122,7 +131,9 @@ import Foundation
             work.unparked -= 1
             work.owed[slot] = nil
             work.callers.entries[slot] = .parked(continuation, consumes: false)
-            return work.conclude(slot, with: result, droppingProgress: true) != nil ? result : nil
+            // Heard now, unless a progress call is on its way: it then hears after that call.
+            let heardNow = work.conclude(slot, with: result, droppingProgress: true) != nil
+            return heardNow ? result : nil
         case .handler, .operation, .parked, .held, .gone:
             preconditionFailure("Machine: slot \(slot) is no caller waiting to park")
         }
@@ -135,7 +146,13 @@ import Foundation
     @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>)
         -> [(slot: Int, sink: ProgressSink)]
     {
-        guard case .running = work.phase else { return [] }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: reported as the result was decided; nobody hears it (Guarantee 24).
+            return []
+        }
         work.progress = progress
         var starting: [(slot: Int, sink: ProgressSink)] = []
         for slot in work.calls.keys where work.callers.entries[slot].isOpen {
@@ -175,7 +192,14 @@ import Foundation
     @inlinable mutating func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool, at now: Duration? = nil
     ) -> Decided<Value>? {
-        guard case .running = work.phase else { return nil }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: finished as it was cancelled, or cancelled as it finished; the first
+            // decision stands (Guarantee 2).
+            return nil
+        }
         let runner = work.runner
         work.phase = .deciding
         var stores = false
@@ -208,7 +232,15 @@ import Foundation
     @inlinable mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Settled<Value>
     {
-        if case .deciding = work.phase { work.phase = .ended }
+        switch work.phase {
+        case .deciding:
+            work.phase = .ended
+        case .stored, .ended:
+            // Stored for a consumer, who may have taken it already: its callers are served all the same.
+            break
+        case .running:
+            preconditionFailure("Machine: work \(work.number) was settled before its result was decided")
+        }
         var settled = Settled<Value>()
         guard work.unparked > 0 || !work.calls.isEmpty else {
             // Every slot is a caller waiting or one that left: the list is served whole.
@@ -216,16 +248,19 @@ import Foundation
             return settled
         }
         for slot in work.callers.entries.indices {
-            if case .held(let continuation) = work.callers.entries[slot], let own = work.owed.removeValue(forKey: slot)
-            {
-                work.unparked -= 1
-                work.callers.entries[slot] = .parked(continuation, consumes: false)
-                if work.conclude(slot, with: own, droppingProgress: true) != nil {
-                    settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own))
-                }
-            } else if let caller = work.conclude(slot, with: result, droppingProgress: false) {
-                _ = settled.callers.add(caller)
+            guard case .held(let continuation) = work.callers.entries[slot] else {
+                let caller = work.conclude(slot, with: result, droppingProgress: false)
+                if let caller { _ = settled.callers.add(caller) }
+                continue
             }
+            // Held while the work was deciding: it hears what it is owed (a held task always is).
+            guard let own = work.owed.removeValue(forKey: slot) else {
+                preconditionFailure("Machine: the task in slot \(slot) was held with nothing owed")
+            }
+            work.unparked -= 1
+            work.callers.entries[slot] = .parked(continuation, consumes: false)
+            let heardNow = work.conclude(slot, with: own, droppingProgress: true) != nil
+            if heardNow { settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own)) }
         }
         return settled
     }
@@ -242,12 +277,21 @@ import Foundation
 
     // MARK: Controls
 
-    /// Event: `key` is forgotten; its work goes on, unindexed.
-    mutating func forget(_ key: Key) -> Bool {
-        guard let work = index.removeValue(forKey: key) else { return false }
-        work.isIndexed = false
-        if case .running = work.phase { forgotten[ObjectIdentifier(work)] = work }
-        return true
+    /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
+    /// stored for it is dropped. Returns whether there was any.
+    mutating func forget(where matches: (Key) -> Bool) -> Bool {
+        var found = false
+        for (key, work) in index where matches(key) {
+            index[key] = nil
+            work.isIndexed = false
+            switch work.phase {
+            case .running: forgotten[ObjectIdentifier(work)] = work
+            case .stored: work.dropStored()
+            case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
+            }
+            found = true
+        }
+        return found
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
@@ -259,12 +303,16 @@ import Foundation
         var works: [AnyWork<Key>] = []
         var dropped = false
         for (key, work) in index where matches(key) {
-            if case .running = work.phase {
+            switch work.phase {
+            case .running:
                 works.append(work)
-            } else {
+            case .stored:
                 index[key] = nil
                 work.isIndexed = false
+                work.dropStored()
                 dropped = true
+            case .deciding, .ended:
+                preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
         }
         if includingForgotten { works += forgotten.values }
@@ -286,8 +334,11 @@ import Foundation
         -> Bool
     {
         guard case .running = work.phase, let slot, work.callers.entries[slot].waits else { return false }
+        // Both, whatever the first returns: the old urgency goes, the new one comes.
         let released = work.priority.release(slot)
-        return (urgency.map { work.priority.demand($0, from: slot) } ?? false) || released
+        var raised = false
+        if let urgency { raised = work.priority.demand(urgency, from: slot) }
+        return raised || released
     }
 
     /// Event: the waiting task in `slot` was escalated to `priority`. Returns whether the work must
@@ -344,13 +395,13 @@ import Foundation
         releaseExpired(at: now)
         guard let entry = index[key], case .stored = entry.phase else { return nil }
         let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
-        defer { work.stored = nil }
+        let value = work.stored
         index[key] = nil
         work.isIndexed = false
-        work.phase = .ended
+        work.dropStored()
         statistics.countArrival(joining: true)
         statistics.callersServed += 1
-        return work.stored
+        return value
     }
 
     /// Whether a prefetched result waits for `key`, `now`.
@@ -370,7 +421,7 @@ import Foundation
             if expiry <= now {
                 index[key] = nil
                 work.isIndexed = false
-                work.phase = .ended
+                work.dropStored()
             } else {
                 earliest = min(earliest ?? expiry, expiry)
             }

@@ -44,6 +44,8 @@ import Foundation
     func write(_ priority: Urgency) { preconditionFailure("AnyWork is abstract") }
     /// Cancels the work for all its callers.
     func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
+    /// Ends a stored result's wait, taken, expired or dropped: the phase and the value go together.
+    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
 }
 
 /// One run of the work for one key, and its callers.
@@ -70,6 +72,11 @@ import Foundation
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
+    }
+
+    @usableFromInline override func dropStored() {
+        phase = .ended
+        stored = nil
     }
 
     /// Gives the caller in `slot` its last call, `result`. Returns the caller to hand it to now; nil
