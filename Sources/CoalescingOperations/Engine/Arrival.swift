@@ -44,8 +44,8 @@ extension Machine where Key == OperationKey {
     /// The operation joins the work in flight, or starts new work (its own caller, watching `sink`,
     /// the first to wait); not fresh, it is handed to the queue if it is on none, or left alone.
     /// The newcomer then waits for the work the operation started or joined, or one it was
-    /// enqueued here for before, while that work's result is open; a handler that finds none hears
-    /// that its work was cancelled.
+    /// enqueued here for before, while that work's result is open; a handler that finds none is
+    /// refused: it hears that its work was cancelled.
     @inlinable mutating func admit<Value>(
         _ operation: CoalescibleOperation<Value>, as key: OperationKey, asking urgency: Urgency,
         policy: AbandonedWorkPolicy, watching sink: ProgressSink?,
@@ -88,7 +88,7 @@ extension Machine where Key == OperationKey {
         }
         guard let newcomer else { return admitted }
         guard let entry = admitted.entry else {
-            if case .handler = newcomer.caller { admitted.refused = newcomer.caller }
+            if case .handler = newcomer.caller { admitted.refusesNewcomer = true }
             return admitted
         }
         // Where the operation started the work, its priority is the work's floor, which the app may
@@ -138,9 +138,10 @@ extension Machine where Key == OperationKey {
     @usableFromInline var entry: Entry<OperationKey, Value>?
     /// Whether the operation must be added to the queue.
     @usableFromInline var queued = false
-    /// A handler that came with an operation that was not fresh, and found no work: it hears that
-    /// its work was cancelled.
-    @usableFromInline var refused: Caller<Value>?
+    /// Whether the newcomer, a handler that came with an operation that was not fresh and found no
+    /// work, hears that its work was cancelled. (A flag, not the caller: a field whose layout
+    /// depends on `Value` made every join copy and destroy this action through value witnesses.)
+    @usableFromInline var refusesNewcomer = false
 
     @inlinable init(
         _ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Entry<OperationKey, Value>? = nil

@@ -27,9 +27,11 @@ extension ConcurrentOperation {
     @usableFromInline final func cancelInFoundation() { super.cancel() }
 
     /// The result is decided: a running operation finishes now, one its queue has yet to start
-    /// finishes when it does. Returns the completion handler to call, let go of by the operation,
+    /// finishes when it does. Inlinable, like ``CoalescibleOperation/finishJoined()``: compiled
+    /// unspecialized, the handler it returns through the lock's generic closure was wrapped in a
+    /// reabstraction thunk, an allocation per operation. Returns the completion handler to call, let go of by the operation,
     /// if this call decided the result and the operation still held one.
-    @usableFromInline @discardableResult final func resultDecided() -> Handler? {
+    @inlinable @discardableResult final func resultDecided() -> Handler? {
         // `unqueued`: decided before any queue started it, and on none.
         let (handler, finishing, unqueued) = lifecycle.withLock { lifecycle -> (Handler?, Bool, Bool) in
             switch lifecycle {
@@ -60,7 +62,7 @@ extension ConcurrentOperation {
     }
 
     /// Lets go of the completion handler, after (or for) its one call. Under `lifecycle`'s lock.
-    @usableFromInline final func takeCompletionHandler() -> Handler? {
+    @inlinable final func takeCompletionHandler() -> Handler? {
         let handler = completionHandler
         completionHandler = nil
         return handler
@@ -86,7 +88,7 @@ extension ConcurrentOperation {
     }
 
     /// Stops waiting on its dependencies: see ``resultDecided()`` for why.
-    final func releaseDependencies() {
+    @usableFromInline final func releaseDependencies() {
         for dependency in dependencies { removeDependency(dependency) }
     }
 
@@ -96,7 +98,7 @@ extension ConcurrentOperation {
     ///
     /// On Linux, Foundation reacts to `didChangeValue(forKey:)` for exactly these names; any other
     /// key, such as a custom `state`, goes unseen and jams the queue.
-    final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
+    @usableFromInline final func postingChanges<Result>(to keys: [String], _ change: () -> Result) -> Result {
         for key in keys { willChangeValue(forKey: key) }
         let result = change()
         for key in keys.reversed() { didChangeValue(forKey: key) }

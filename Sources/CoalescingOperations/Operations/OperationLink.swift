@@ -77,7 +77,7 @@ extension CoalescibleOperation {
 
     /// The operation joined work and has heard: it lets go of the work and finishes without
     /// running, once, and returns its completion handler, let go of too, to call with what it heard.
-    @usableFromInline final func finishJoined() -> Handler? {
+    @inlinable final func finishJoined() -> Handler? {
         let (finished, handler) = lifecycle.withLock { lifecycle in
             link = .ended
             return (lifecycle == .finished, takeCompletionHandler())

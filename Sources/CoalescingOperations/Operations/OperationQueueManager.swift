@@ -384,17 +384,20 @@ public final class OperationQueueManager: Sendable {
         }
         let operation = makeOperation()
         let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
-        return launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
+        let admitted = engine.admit(operation, then: newcomer)
+        let refused = admitted.refusesNewcomer
+        let handle = launched(operation, admitted, timeout: timeout, sink: sink)
+        if refused { caller.tell(.failure(CoalescingError.cancelled)) }
+        return handle
     }
 
-    /// Carries out an admission once the lock is released: queues the operation, tells a handler
-    /// that found no work, then what follows every arrival (``Engine/follow(_:timeout:sink:)``).
+    /// Carries out an admission once the lock is released: queues the operation, then what
+    /// follows every arrival (``Engine/follow(_:timeout:sink:)``).
     @inlinable func launched<Value>(
         _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
         sink: ProgressSink? = nil
     ) -> CoalescingHandle<Value> {
         if let operation, admitted.queued { queue.addOperation(operation) }
-        admitted.refused?.tell(.failure(CoalescingError.cancelled))
         engine.follow(admitted.entry, timeout: timeout, sink: sink)
         let entry = admitted.entry
         return CoalescingHandle(
