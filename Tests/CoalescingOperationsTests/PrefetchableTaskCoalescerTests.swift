@@ -480,12 +480,3 @@ private struct StressPlan {
 private func counting(_ runs: Counter) -> @Sendable () async throws -> Int {
     { runs.increment() }
 }
-
-/// Work that counts its runs and returns the run number once `gate` opens.
-private func gated(_ gate: AsyncGate, _ runs: Counter) -> @Sendable () async throws -> Int {
-    {
-        let run = runs.increment()
-        try await gate.wait()
-        return run
-    }
-}

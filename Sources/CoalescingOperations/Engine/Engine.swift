@@ -416,16 +416,14 @@ extension Engine where Key == OperationKey {
         }
     }
 
-    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if it is fresh and the work's
-    /// result is still open. Returns whether it joined.
+    // MARK: The deprecated hand-join: its events, `joinByHand` and `adopt`, are in Deprecations.swift
+
+    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if the machine lets it.
+    /// Returns whether it joined.
     func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: rider))
-        let entry = state.withLock { machine -> Entry<OperationKey, Value>? in
-            // Only an operation not yet started can be joined by hand (Guarantee 10): its start
-            // freezes its priority, under this lock.
-            guard case .running = work.phase, !work.priority.isFrozen else { return nil }
-            guard case .joins = rider.take(work, of: self, slot: work.callers.entries.count) else { return nil }
-            return Entry(work, machine.join(work, .operation(rider), asking: urgency))
+        let entry = state.withLock { machine in
+            machine.joinByHand(rider, to: work, asking: urgency) { slot in rider.take(work, of: self, slot: slot) }
         }
         follow(entry, timeout: nil)
         return entry != nil
@@ -439,13 +437,8 @@ extension Engine where Key == OperationKey {
             key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
             policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
         return engine.state.withLock { machine in
-            guard case .runs(let handler) = operation.take(work, of: engine, slot: nil, queued: false) else {
-                return nil
-            }
-            work.isIndexed = false
-            if let own = handler {
-                _ = machine.join(work, .handler(own, queue: operation.callBackQueue), asking: nil)
-            }
+            guard case .runs(let own) = operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
+            machine.adopt(work, own: own, on: operation.callBackQueue)
             return work
         }
     }

@@ -41,10 +41,6 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
     /// Work started and not yet ended.
     public var workInFlight: Int { workStarted - workEnded }
 
-    /// Runs of the work that coalescing spared: the same number as ``callersJoined``.
-    @available(*, deprecated, renamed: "callersJoined", message: "the same number as callersJoined")
-    public var callersSaved: Int { callersJoined }
-
     /// Counts work starting, and returns its number: 1 for the first.
     @usableFromInline mutating func countStart() -> Int {
         workStarted += 1
