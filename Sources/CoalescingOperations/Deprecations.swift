@@ -32,7 +32,8 @@ extension OperationQueueManager {
         if let coalescible = operation as? any ManagerEnqueueable {
             coalescible.enqueue(on: self)
         } else if let concurrent = operation as? any QueueClaimable {
-            if concurrent.claimForQueue() != nil { queue.addOperation(operation) }
+            let claimed = concurrent.claimForQueue()
+            if claimed != nil { queue.addOperation(operation) }
         } else if !operation.isFinished && !operation.isExecuting {
             queue.addOperation(operation)
         }
@@ -54,7 +55,10 @@ protocol QueueClaimable: Operation {
     func claimForQueue() -> Bool?
 }
 
-extension ConcurrentOperation: QueueClaimable {}
+extension ConcurrentOperation: QueueClaimable {
+    /// Claims the operation for a queue: see ``Lifecycle/claimForQueue()``.
+    func claimForQueue() -> Bool? { lifecycle.withLock { $0.claimForQueue() } }
+}
 
 extension CoalescibleOperation {
     /// Makes `operation` a caller of this operation's work, by hand.

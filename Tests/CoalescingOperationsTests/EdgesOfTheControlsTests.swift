@@ -82,7 +82,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
         XCTAssertEqual(statistics.callersJoined, 1)
         XCTAssertEqual(statistics.callersServed, 2)
         await waitUntil("the end is delivered") { log.kinds.last == "ended" }
-        XCTAssertEqual(log.kinds, ["started", "joined", "ended"])
+        // The tasks' own priority moves the work too (Guarantee 19), which this test does not look at.
+        XCTAssertEqual(log.kinds.filter { $0 != "priority" }, ["started", "joined", "ended"])
     }
 
     func testCallersWhoAllLeaveNeverMakeTheSavedCountNegative() async {

@@ -9,6 +9,44 @@ import XCTest
 final class OperationObservationTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
+    func testStatisticsCountWorkCallersAndOutcomes() {
+        let manager = OperationQueueManager()
+        let release = Gate()
+        let started = Gate()
+        let recorder = ResultRecorder<Int>()
+        let work = heldWork(release: release, started: started) { 5 }
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("a")))
+        XCTAssertTrue(started.wait())
+        manager.enqueue(
+            operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("b")))
+        let leaving = manager.enqueue(
+            identifier: "work", callBackQueue: callbacks, makeOperation: { TestOperation<Int>(work: work) },
+            completionHandler: recorder.handler("c"))
+        XCTAssertEqual(manager.statistics.workInFlight, 1)
+        leaving.withdraw()
+        release.open()
+        XCTAssertTrue(recorder.waitForCalls(3))
+
+        manager.enqueue(
+            operation: TestOperation<Int>(
+                "other", callBackQueue: callbacks, work: { $0.finish(result: .failure(URLError(.timedOut))) },
+                completionHandler: recorder.handler("d")))
+        XCTAssertTrue(recorder.waitForCalls(1))
+        manager.queue.waitUntilAllOperationsAreFinished()
+
+        let statistics = manager.statistics
+        XCTAssertEqual(statistics.workStarted, 2)
+        XCTAssertEqual(statistics.callersJoined, 2)
+        XCTAssertEqual(statistics.callersWithdrawn, 1)
+        XCTAssertEqual(statistics.callersServed, 3)
+        XCTAssertEqual(statistics.workSucceeded, 1)
+        XCTAssertEqual(statistics.workFailed, 1)
+        XCTAssertEqual(statistics.workInFlight, 0)
+        XCTAssertEqual(statistics.callersArrived, 4)
+        XCTAssertEqual(statistics.callersJoined, 2, "each caller that joined spared a run, served or not")
+    }
+
     func testTheObserverSeesEachStepOnceInTheOrderItHappened() {
         let log = EventLog()
         let manager = OperationQueueManager(observer: log.observer)

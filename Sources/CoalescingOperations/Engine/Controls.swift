@@ -41,9 +41,21 @@ public enum AbandonedWorkPolicy: Sendable, Equatable {
 
 /// The timers, the environment and the runtime's escalation: each in one place.
 enum Controls {
-    /// A duration this long or longer is never reached: ~292 years, the most nanoseconds an
-    /// `Int64` holds (and a dispatch deadline could, when timers ran on dispatch).
+    /// A duration this long or longer is never reached: ~292 years, the most nanoseconds a
+    /// dispatch deadline can hold.
     static let never = Duration.nanoseconds(Int64.max)
+
+    /// Runs `action` once `delay` has passed on the wall's clock, on a global dispatch queue: at once
+    /// for zero or less, never for ``never`` or more. The continuous clock's timers, without a task
+    /// each: a timeout armed through a task and its sleep cost a caller ~5 µs and 4 allocations
+    /// more (BENCHMARKS.md).
+    static func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) {
+        guard delay < never else { return }
+        let (seconds, attoseconds) = delay.components
+        // Below `never`, so this fits: seconds < 2^63 / 10^9.
+        let nanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(max(0, nanoseconds))), execute: action)
+    }
 
     /// The stall threshold set by the environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, in
     /// seconds, read once per process. A number of seconds too large to schedule means never. A
@@ -86,13 +98,21 @@ enum Controls {
 @usableFromInline struct EngineClock: Sendable {
     /// The time since the coalescer was created.
     @usableFromInline let now: @Sendable () -> Duration
-    /// Runs an action once a delay has passed on the clock, in a task of its own: at once for zero
-    /// or less, never for ``Controls/never`` or more. Nothing is scheduled for callers that set no
-    /// timeout, so they pay nothing for the feature. The action is never cancelled: it finds out
-    /// for itself whether it still matters.
+    /// Runs an action once a delay has passed on the clock: at once for zero or less, never for
+    /// ``Controls/never`` or more. Nothing is scheduled for callers that set no timeout, so they
+    /// pay nothing for the feature. The action is never cancelled: it finds out for itself whether
+    /// it still matters.
     @usableFromInline let schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void
 
     init<C: Clock>(_ clock: C) where C.Duration == Duration {
+        guard !(clock is ContinuousClock) else {
+            // The default: read without generics, and its timers on dispatch, with no task each.
+            let origin = ContinuousClock.now
+            now = { .now - origin }
+            schedule = { delay, action in Controls.schedule(after: delay, action) }
+            return
+        }
+        // Any other clock: each timer a task that sleeps on it.
         let origin = clock.now
         now = { origin.duration(to: clock.now) }
         schedule = { delay, action in

@@ -22,6 +22,25 @@ import Foundation
     case finished
 }
 
+extension Lifecycle {
+    /// Claims an operation that is on no queue for one, so that it is never added twice: true if
+    /// the queue will run it, false if its result was decided before it was enqueued (the queue
+    /// then finishes it at once, so that operations depending on it do not wait forever), nil if
+    /// it must not be added to a queue. Under the operation's lock.
+    @inlinable mutating func claimForQueue() -> Bool? {
+        switch self {
+        case .idle(onQueue: false):
+            self = .idle(onQueue: true)
+            return true
+        case .decidedBeforeStart(onQueue: false):
+            self = .decidedBeforeStart(onQueue: true)
+            return false
+        case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
+            return nil
+        }
+    }
+}
+
 extension ConcurrentOperation {
     /// Foundation's own `cancel()`: sets `isCancelled`.
     @usableFromInline final func cancelInFoundation() { super.cancel() }
@@ -66,25 +85,6 @@ extension ConcurrentOperation {
         let handler = completionHandler
         completionHandler = nil
         return handler
-    }
-
-    /// Claims an operation that is on no queue for one, so that it is never added twice: true if
-    /// the queue will run it, false if its result was decided before it was enqueued (the queue
-    /// then finishes it at once, so that operations depending on it do not wait forever), nil if
-    /// it must not be added to a queue.
-    @usableFromInline final func claimForQueue() -> Bool? {
-        lifecycle.withLock { lifecycle in
-            switch lifecycle {
-            case .idle(onQueue: false):
-                lifecycle = .idle(onQueue: true)
-                return true
-            case .decidedBeforeStart(onQueue: false):
-                lifecycle = .decidedBeforeStart(onQueue: true)
-                return false
-            case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
-                return nil
-            }
-        }
     }
 
     /// Stops waiting on its dependencies: see ``resultDecided()`` for why.

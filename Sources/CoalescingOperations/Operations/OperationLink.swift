@@ -57,16 +57,8 @@ extension CoalescibleOperation {
                 return .runs(own: takeCompletionHandler())
             }
             guard admitting else { return .refused(nil) }
-            switch lifecycle {
-            case .idle(onQueue: false):
-                lifecycle = .idle(onQueue: true)
-                return .unqueued(runs: true)
-            case .decidedBeforeStart(onQueue: false):
-                lifecycle = .decidedBeforeStart(onQueue: true)
-                return .unqueued(runs: false)
-            case .idle, .executing, .finishing, .decidedBeforeStart, .finished:
-                break
-            }
+            let claimed = lifecycle.claimForQueue()
+            if let runs = claimed { return .unqueued(runs: runs) }
             switch link {
             case .runs(let owner, let work), .rides(let owner, let work, _):
                 return .refused(owner === engine ? work : nil)
