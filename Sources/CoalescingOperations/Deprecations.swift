@@ -76,7 +76,7 @@ extension CoalescibleOperation {
                 return false
             }
             return engine.join(operation, to: work)
-        case .alone, .rides, .ended: return false
+        case .alone, .joined, .ended: return false
         }
     }
 }

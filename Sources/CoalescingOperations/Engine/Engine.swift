@@ -140,7 +140,7 @@ import Foundation
         if let decided = withdrawn.decided { stop(decided) }
         if let (caller, heard) = withdrawn.told { caller.tell(heard) }
         if let decided = withdrawn.decided {
-            settle(work, decided, with: .failure(CoalescingError.cancelled))
+            announceEnd(work, decided, with: .failure(CoalescingError.cancelled))
         } else {
             deliverEvents()
         }
@@ -169,7 +169,7 @@ import Foundation
     ) {
         guard let decided else { return }
         stop(decided)
-        settle(work, decided, with: result)
+        announceEnd(work, decided, with: result)
         if decided.stores { armExpiry() }
     }
 
@@ -180,17 +180,23 @@ import Foundation
         if decided.stopping { decided.runner.stop() }
     }
 
-    /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
-    /// are collected (joined operations finish), the operation that ran the work finishes, then
-    /// the callers hear.
-    @inlinable func settle<Value>(
+    /// A decided end's event is delivered, then its result settled (Guarantee 22): here, or on the
+    /// thread already delivering events.
+    @inlinable func announceEnd<Value>(
         _ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>
     ) {
-        guard observer != nil else { return serve(work, decided.runner, with: result) }
-        deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
+        if observer == nil {
+            settle(work, decided.runner, with: result)
+        } else {
+            deliverRecordedEvents { [self] in settle(work, decided.runner, with: result) }
+        }
     }
 
-    @inlinable func serve<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>) {
+    /// The last steps of a decided end (the machine's ``Machine/settle(_:with:)``): the callers
+    /// are collected (joined operations finish), the operation that ran the work finishes, then
+    /// the callers hear.
+    @inlinable func settle<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>)
+    {
         let settled = state.withLock { $0.settle(work, with: result) }
         var delivery = Delivery<Value>()
         delivery.add(settled.callers)

@@ -10,7 +10,7 @@ import Foundation
 public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible {
     /// Work started: its operation was added to the queue, or its task created.
     public internal(set) var workStarted = 0
-    /// Callers that arrived: each completion handler, absorbed operation or awaiting task, whether
+    /// Callers that arrived: each completion handler, joined operation or awaiting task, whether
     /// it started the work or joined it. Work started with no caller of its own (an operation
     /// without a completion handler, say) counts no arrival until one comes.
     public internal(set) var callersArrived = 0

@@ -137,7 +137,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
 
     // Inlinable: finishing an operation of a final subclass is then specialized in the caller's
     // module, and so is handing the result to every caller (fan-out ~50 Ir a caller cheaper).
-    @inlinable override final func settle(_ result: Result<Value, Error>, cancelling: Bool) {
+    @inlinable override final func end(with result: Result<Value, Error>, cancelling: Bool) {
         let taken = lifecycle.withLock { _ -> Link in
             let taken = link
             // Nobody took it: a plain operation from now on, which no manager may take.
@@ -146,13 +146,13 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
         }
         switch taken {
         case .fresh, .alone:
-            super.settle(result, cancelling: cancelling)
+            super.end(with: result, cancelling: cancelling)
         case .runs(let engine, let work):
-            // Decided before Foundation hears of a cancellation, for the reason `super.settle` gives.
+            // Decided before Foundation hears of a cancellation, for the reason `super.end(with:cancelling:)` gives.
             let decided = engine.decide(work, with: result)
             if cancelling { cancelInFoundation() }
             engine.carryOut(decided, of: work, with: result)
-        case .rides(let engine, let work, let slot):
+        case .joined(let engine, let work, let slot):
             if cancelling { cancelInFoundation() }
             // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).
             engine.withdraw(work, slot: slot, reason: .withdrawn, hearing: cancelling ? nil : result)
@@ -164,7 +164,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     override final func willRun() -> Bool {
         switch linked {
         case .runs(let engine, let work): engine.begin(work)
-        case .rides, .ended: false
+        case .joined, .ended: false
         case .fresh, .alone: true
         }
     }

@@ -145,7 +145,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
-    @inlinable public final func finish(result: Result<Value, Error>) { settle(result, cancelling: false) }
+    @inlinable public final func finish(result: Result<Value, Error>) { end(with: result, cancelling: false) }
 
     /// Reports how far the work has got, from any thread, as often as it likes: every caller that
     /// asked for progress receives it on its own queue, the latest value winning when updates
@@ -166,7 +166,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// - After the operation finished, this does nothing.
     /// - For a ``CoalescibleOperation`` that joined other work, this withdraws its caller only,
     ///   which hears `CancellationError`; see ``CoalescibleOperation``.
-    open override func cancel() { settle(.failure(CoalescingError.cancelled), cancelling: true) }
+    open override func cancel() { end(with: .failure(CoalescingError.cancelled), cancelling: true) }
 
     // MARK: What a subclass of the library's changes
 
@@ -175,7 +175,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// waits on dependencies ready, and its queue may start it at once on another thread, where
     /// `start()` must find the result decided. Serving comes after: running work sees
     /// `isCancelled` before its caller hears.
-    @usableFromInline func settle(_ result: Result<Value, Error>, cancelling: Bool) {
+    @usableFromInline func end(with result: Result<Value, Error>, cancelling: Bool) {
         let completionHandler = resultDecided()
         if cancelling { cancelInFoundation() }
         if let completionHandler {

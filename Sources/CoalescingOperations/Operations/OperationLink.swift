@@ -16,7 +16,7 @@ extension CoalescibleOperation {
         /// Runs `work`, held by `engine`.
         case runs(Engine<OperationKey>, Work<OperationKey, Value>)
         /// Joined `work` as the caller in `slot`: it never runs, and finishes when it hears.
-        case rides(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
+        case joined(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
         /// Ran work whose result was decided: only Foundation still hears of a `cancel()`.
         case ended
     }
@@ -50,7 +50,7 @@ extension CoalescibleOperation {
             if case .fresh = link, case .idle(onQueue: false) = lifecycle {
                 lifecycle = .idle(onQueue: queued)
                 if let slot {
-                    link = .rides(engine, work, slot: slot)
+                    link = .joined(engine, work, slot: slot)
                     return .joins
                 }
                 link = .runs(engine, work)
@@ -60,7 +60,7 @@ extension CoalescibleOperation {
             let claimed = lifecycle.claimForQueue()
             if let runs = claimed { return .unqueued(runs: runs) }
             switch link {
-            case .runs(let owner, let work), .rides(let owner, let work, _):
+            case .runs(let owner, let work), .joined(let owner, let work, _):
                 return .refused(owner === engine ? work : nil)
             case .fresh, .alone, .ended: return .refused(nil)
             }
