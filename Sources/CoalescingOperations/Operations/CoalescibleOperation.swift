@@ -61,7 +61,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// Where the operation's result is decided. Read and written only under `lifecycle`'s lock,
     /// the operation's one lock: a manager takes it inside its engine's lock, and no path nests
     /// more than those two.
-    @usableFromInline @exclusivity(unchecked) var link = Link.fresh
+    @usableFromInline @exclusivity(unchecked) final var link = Link.fresh
 
     /// The link, read under the operation's lock.
     @usableFromInline final var linked: Link { lifecycle.withLock { _ in link } }

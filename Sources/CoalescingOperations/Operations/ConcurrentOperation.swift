@@ -57,7 +57,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// The operation's own caller until its one call is made, or handed to the work the operation
     /// runs: let go of then, so that a handler that captures its own operation does not keep it
     /// alive (Guarantee 2). Read and written only under `lifecycle`'s lock.
-    @usableFromInline @exclusivity(unchecked) var completionHandler: Handler?
+    @usableFromInline @exclusivity(unchecked) final var completionHandler: Handler?
 
     /// Whether the operation was created with a completion handler: a caller of its own.
     @usableFromInline let hasOwnCaller: Bool

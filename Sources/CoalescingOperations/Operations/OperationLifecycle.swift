@@ -51,19 +51,23 @@ extension ConcurrentOperation {
     /// reabstraction thunk, an allocation per operation. Returns the completion handler to call, let go of by the operation,
     /// if this call decided the result and the operation still held one.
     @inlinable @discardableResult final func resultDecided() -> Handler? {
-        // `unqueued`: decided before any queue started it, and on none.
-        let (handler, finishing, unqueued) = lifecycle.withLock { lifecycle -> (Handler?, Bool, Bool) in
+        // `unqueued`: decided before any queue started it, and on none. The handler comes out
+        // through a local, not the lock's generic result, which wrapped it in reabstraction thunks.
+        var handler: Handler?
+        let (finishing, unqueued) = lifecycle.withLock { lifecycle -> (Bool, Bool) in
             switch lifecycle {
             case .idle(let onQueue):
                 lifecycle = .decidedBeforeStart(onQueue: onQueue)
-                return (takeCompletionHandler(), false, !onQueue)
+                handler = takeCompletionHandler()
+                return (false, !onQueue)
             case .executing:
                 lifecycle = .finishing
-                return (takeCompletionHandler(), true, false)
+                handler = takeCompletionHandler()
+                return (true, false)
             case .decidedBeforeStart(let onQueue):
-                return (nil, false, !onQueue)
+                return (false, !onQueue)
             case .finishing, .finished:
-                return (nil, false, false)
+                return (false, false)
             }
         }
         if finishing {

@@ -70,9 +70,13 @@ extension CoalescibleOperation {
     /// The operation joined work and has heard: it lets go of the work and finishes without
     /// running, once, and returns its completion handler, let go of too, to call with what it heard.
     @inlinable final func finishJoined() -> Handler? {
-        let (finished, handler) = lifecycle.withLock { lifecycle in
+        // The handler comes out through a local, not the lock's generic result: returned through
+        // it, it was wrapped in two reabstraction thunks, two allocations per joined operation.
+        var handler: Handler?
+        let finished = lifecycle.withLock { lifecycle in
             link = .ended
-            return (lifecycle == .finished, takeCompletionHandler())
+            handler = takeCompletionHandler()
+            return lifecycle == .finished
         }
         guard !finished else { return handler }
         releaseDependencies()
