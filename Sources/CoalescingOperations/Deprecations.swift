@@ -11,6 +11,12 @@ public typealias ConcurrentOperationError = CoalescingError
 @available(*, deprecated, renamed: "CoalescingError")
 public typealias CoalescibleOperationError = CoalescingError
 
+extension CoalescingStatistics {
+    /// Runs of the work that coalescing spared: the same number as ``callersJoined``.
+    @available(*, deprecated, renamed: "callersJoined", message: "the same number as callersJoined")
+    public var callersSaved: Int { callersJoined }
+}
+
 extension CoalescingHandle {
     /// Withdraws this caller; see ``withdraw()``. "Cancel" now means stopping the work for everyone.
     @available(*, deprecated, renamed: "withdraw()")
@@ -26,7 +32,8 @@ extension OperationQueueManager {
         if let coalescible = operation as? any ManagerEnqueueable {
             coalescible.enqueue(on: self)
         } else if let concurrent = operation as? any QueueClaimable {
-            if concurrent.claimForQueue() != nil { queue.addOperation(operation) }
+            let claimed = concurrent.claimForQueue()
+            if claimed != nil { queue.addOperation(operation) }
         } else if !operation.isFinished && !operation.isExecuting {
             queue.addOperation(operation)
         }
@@ -48,7 +55,10 @@ protocol QueueClaimable: Operation {
     func claimForQueue() -> Bool?
 }
 
-extension ConcurrentOperation: QueueClaimable {}
+extension ConcurrentOperation: QueueClaimable {
+    /// Claims the operation for a queue: see ``Lifecycle/claimForQueue()``.
+    func claimForQueue() -> Bool? { lifecycle.withLock { $0.claimForQueue() } }
+}
 
 extension CoalescibleOperation {
     /// Makes `operation` a caller of this operation's work, by hand.
@@ -58,17 +68,15 @@ extension CoalescibleOperation {
     @available(*, deprecated, message: "enqueue both operations through one OperationQueueManager, which joins them")
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
         // Looked at first, so that a call that cannot join leaves this operation as it was.
-        guard operation !== self, operation.link.withLock({ if case .fresh = $0 { true } else { false } }) else {
-            return false
-        }
-        switch link.withLock({ $0 }) {
+        guard operation !== self, case .fresh = operation.linked else { return false }
+        switch linked {
         case .runs(let engine, let work): return engine.join(operation, to: work)
         case .fresh:
-            guard let work = Engine.adopting(self), case .runs(let engine, _) = link.withLock({ $0 }) else {
+            guard let work = Engine.adopting(self), case .runs(let engine, _) = linked else {
                 return false
             }
             return engine.join(operation, to: work)
-        case .alone, .rides, .ended: return false
+        case .alone, .joined, .ended: return false
         }
     }
 }
@@ -96,5 +104,31 @@ extension PrefetchableTaskCoalescer {
         try await value(
             key: key, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
             operation: operation)
+    }
+}
+
+// The machine's events that only `coalesce(operation:)` needs; the storage's two calls that carry
+// them out, under its lock, are in Engine.swift, the one file that takes that lock.
+extension Machine where Key == OperationKey {
+    /// Event: `rider` joins `work` by hand, if the work's result is open and its operation has not
+    /// started (Guarantee 10: its start freezes its priority, under this lock), and `claim` takes
+    /// the rider for the slot it would have.
+    mutating func joinByHand<Value>(
+        _ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
+        claim: (Int) -> CoalescibleOperation<Value>.Taking
+    ) -> Entry<OperationKey, Value>? {
+        guard case .running = work.phase, !work.priority.isFrozen else { return nil }
+        guard case .joins = claim(work.callers.entries.count) else { return nil }
+        let joined = join(work, .operation(rider), asking: urgency)
+        return Entry(work, joined)
+    }
+
+    /// Event: `work`, of an operation that others join by hand, is adopted by an engine of its own
+    /// that indexes it nowhere; the operation's own handler, if any, on `queue`, is its first caller.
+    mutating func adopt<Value>(
+        _ work: Work<OperationKey, Value>, own: ConcurrentOperation<Value>.Handler?, on queue: OperationQueue?
+    ) {
+        work.isIndexed = false
+        if let own { _ = join(work, .handler(own, queue: queue), asking: nil) }
     }
 }

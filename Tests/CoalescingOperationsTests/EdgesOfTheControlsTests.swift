@@ -65,7 +65,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
 
     func testTwoTasksAwaitingTheSameOperationAreTwoCallersAndTheSecondJoins() async throws {
         let log = EventLog()
-        let manager = OperationQueueManager(observer: log.observe)
+        let manager = OperationQueueManager(observer: log.observer)
         let release = Gate()
         let started = Gate()
         let work = TestOperation<Int>(work: heldWork(release: release, started: started) { 7 })
@@ -82,7 +82,8 @@ final class EdgesOfTheControlsTests: XCTestCase {
         XCTAssertEqual(statistics.callersJoined, 1)
         XCTAssertEqual(statistics.callersServed, 2)
         await waitUntil("the end is delivered") { log.kinds.last == "ended" }
-        XCTAssertEqual(log.kinds, ["started", "joined", "ended"])
+        // The tasks' own priority moves the work too (Guarantee 19), which this test does not look at.
+        XCTAssertEqual(log.kinds.filter { $0 != "priority" }, ["started", "joined", "ended"])
     }
 
     func testCallersWhoAllLeaveNeverMakeTheSavedCountNegative() async {
@@ -129,7 +130,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
     func testEventsOfSuccessiveOperationWorkOnOneKeyNeverInterleave() {
         for _ in 0..<100 {
             let log = EventLog()
-            let manager = OperationQueueManager(observer: log.observe)
+            let manager = OperationQueueManager(observer: log.observer)
             let served = DispatchGroup()
             for _ in 0..<20 {
                 served.enter()
@@ -143,14 +144,14 @@ final class EdgesOfTheControlsTests: XCTestCase {
                 }
             }
             XCTAssertEqual(served.wait(timeout: .now() + 10), .success)
-            XCTAssertNil(log.firstInterleaving, "\(log.kinds)")
+            XCTAssertEqual(log.interleavings, [], "\(log.kinds)")
         }
     }
 
     func testEventsOfSuccessiveTaskWorkOnOneKeyNeverInterleave() async throws {
         for _ in 0..<100 {
             let log = EventLog()
-            let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observeTasks)
+            let coalescer = InFlightTaskCoalescer<String, Int>(observer: log.observer)
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<20 {
                     group.addTask { try await coalescer.value(key: "k") { 1 } }
@@ -162,7 +163,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
             await waitUntil("every event is delivered") {
                 log.kinds.filter { $0 == "ended" }.count == coalescer.statistics.workEnded
             }
-            XCTAssertNil(log.firstInterleaving, "\(log.kinds)")
+            XCTAssertEqual(log.interleavings, [], "\(log.kinds)")
         }
     }
 
@@ -296,7 +297,7 @@ final class EdgesOfTheControlsTests: XCTestCase {
     func testTaskWorkThatStallsIsReportedOnce() async throws {
         let log = EventLog()
         let coalescer = InFlightTaskCoalescer<String, Int>(
-            observer: log.observeTasks, stallThreshold: .milliseconds(20))
+            observer: log.observer, stallThreshold: .milliseconds(20))
         let release = AsyncGate()
         let caller = Task {
             try await coalescer.value(key: "k") {
@@ -343,44 +344,3 @@ final class EdgesOfTheControlsTests: XCTestCase {
 
 /// A value whose release a test can watch.
 private final class Payload: Sendable {}
-
-/// The observer's events, by kind, in order.
-private final class EventLog: Sendable {
-    private let box = LockedBox<[(kind: String, key: String)]>([])
-
-    var kinds: [String] { box.value.map(\.kind) }
-
-    var observe: OperationQueueManager.Observer { { self.record($0) } }
-    var observeTasks: @Sendable (CoalescingEvent<String>) -> Void { { self.record($0) } }
-
-    private func record(_ event: CoalescingEvent<String>) {
-        let entry: (String, String)? =
-            switch event {
-            case .workStarted(let key, _): ("started", key)
-            case .callerJoined(let key, _, _): ("joined", key)
-            case .callerWithdrawn(let key, _, _): ("withdrawn", key)
-            case .workEnded(let key, _, _, _, _, _): ("ended", key)
-            case .workStalled(let key, _, _, _): ("stalled", key)
-            case .priorityChanged: nil
-            }
-        if let entry {
-            box.mutate { $0.append(entry) }
-        }
-    }
-
-    /// The first place where work on a key started before the work before it ended, if any.
-    var firstInterleaving: Int? {
-        var inFlight: Set<String> = []
-        for (index, event) in box.value.enumerated() {
-            switch event.kind {
-            case "started":
-                if !inFlight.insert(event.key).inserted { return index }
-            case "ended":
-                if inFlight.remove(event.key) == nil { return index }
-            default:
-                if !inFlight.contains(event.key) { return index }
-            }
-        }
-        return nil
-    }
-}

@@ -1,8 +1,7 @@
 @testable import CoalescingOperations
 
 // What tests read of the engine and nobody else may: how many callers wait for one key, how many
-// results are stored; and the one thing they set, the clock stored results expire by. Here rather
-// than in the library, which then holds no code for its tests.
+// results are stored. Here rather than in the library, which then holds no code for its tests.
 
 extension OperationQueueManager {
     /// How many callers wait for the work in flight for `identifier` and `valueType`.
@@ -19,12 +18,6 @@ extension InFlightTaskCoalescer {
 }
 
 extension PrefetchableTaskCoalescer {
-    /// A coalescer whose stored results expire by `now`, a clock the test moves by hand.
-    convenience init(prefetchTimeout: Duration, now: @escaping @Sendable () -> ContinuousClock.Instant) {
-        self.init(prefetchTimeout: prefetchTimeout, stallThreshold: nil)
-        engine.state.withLock { $0.now = { now() - clockOrigin } }
-    }
-
     /// How many callers wait for the work in flight for `key`.
     func callerCount(for key: Key) -> Int {
         engine.callerCount(for: key)

@@ -242,8 +242,9 @@ private final class World {
             } else {
                 let runner = CoalescibleOperation<Int>(identifier: "k")
                 works.append(
-                    Work(key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, timed: false)
-                )
+                    Work(
+                        key: "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor,
+                        startedAt: nil))
                 settled.append(false)
                 work = works.count - 1
                 machine.start(works[work])
@@ -279,7 +280,8 @@ private final class World {
         case .control:
             switch scenario.control! {
             case .forget:
-                forgot = machine.forget("k") || forgot
+                let found = machine.forget(where: { $0 == "k" })
+                forgot = forgot || found
                 expectedIndexed = nil
             case .cancelKey, .cancelAll:
                 let all = scenario.control == .cancelAll
@@ -429,6 +431,7 @@ private final class World {
                 fail("work \(index) counts \(work.live) callers, \(waiting.count) wait (Guarantee 21)")
             }
         }
+        for (index, work) in works.enumerated() { checkRestatedFields(of: work, index) }
         guard enabled.isEmpty else { return }
         for (i, record) in callers.enumerated() where record.lastCalls != 1 {
             fail("at rest, caller \(i) had \(record.lastCalls) last calls (Guarantee 2)")
@@ -437,6 +440,37 @@ private final class World {
         if s.callersArrived != s.callersServed + s.callersWithdrawn + s.callersTimedOut {
             fail("at rest, arrivals are not departures: \(s) (Guarantee 21)")
         }
+    }
+
+    /// The fields of a work that restate what another part of its state says must agree with it
+    /// (issue 34): the tasks not parked, what they are owed, whether the index holds the work, and
+    /// a stored value with its phase. A settled work holds no handler or operation any more, so
+    /// that nothing it kept alive outlives its one call (Guarantee 2, the machine's side of the leak
+    /// of issue 34).
+    private func checkRestatedFields(of work: Work<String, Int>, _ index: Int) {
+        var unparked = 0
+        var owing = 0
+        for (slot, caller) in work.callers.entries.enumerated() {
+            switch caller {
+            case .arriving:
+                unparked += 1
+            case .owed, .held:
+                unparked += 1
+                owing += 1
+                if work.owed[slot] == nil { fail("work \(index) owes the task in slot \(slot) nothing") }
+            case .handler, .operation:
+                if settled[index] { fail("work \(index) was settled and still holds caller \(slot) (Guarantee 2)") }
+            case .parked, .gone:
+                break
+            }
+        }
+        if work.unparked != unparked { fail("work \(index) counts \(work.unparked) tasks not parked, not \(unparked)") }
+        if work.owed.count != owing { fail("work \(index) owes \(work.owed.count) slots, not \(owing)") }
+        if work.isIndexed != (machine.index["k"] === work) {
+            fail("work \(index) says it is indexed: \(work.isIndexed), and the index disagrees")
+        }
+        let isStored = if case .stored = work.phase { true } else { false }
+        if isStored != (work.stored != nil) { fail("work \(index)'s stored value and its phase disagree") }
     }
 
     /// Everything that decides what can happen next, and what the checks will say, hashed.
@@ -514,7 +548,7 @@ private final class World {
         let copy = World(scenario, mailbox: mailbox)
         copy.works = works.map { work in
             let clone = Work<String, Int>(
-                key: work.key, runner: work.runner, policy: work.policy, floor: Self.floor, timed: false)
+                key: work.key, runner: work.runner, policy: work.policy, floor: Self.floor, startedAt: nil)
             clone.phase = work.phase
             (clone.live, clone.arrivals, clone.unparked) = (work.live, work.arrivals, work.unparked)
             (clone.isIndexed, clone.isPrefetch, clone.progress) = (work.isIndexed, work.isPrefetch, work.progress)

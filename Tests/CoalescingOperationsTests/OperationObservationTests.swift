@@ -9,33 +9,6 @@ import XCTest
 final class OperationObservationTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
-    /// Collects the events an observer receives.
-    private final class EventLog: Sendable {
-        let events = LockedBox([CoalescingEvent<String>]())
-        let stalled = Gate()
-
-        func observe(_ event: CoalescingEvent<String>) {
-            events.mutate { $0.append(event) }
-            if case .workStalled = event {
-                stalled.open()
-            }
-        }
-
-        /// The events as short words, to compare sequences.
-        var names: [String] {
-            events.value.map { event in
-                switch event {
-                case .workStarted: "started"
-                case .callerJoined(_, _, let callers): "joined \(callers)"
-                case .callerWithdrawn(_, _, let reason): reason == .timedOut ? "timed out" : "withdrawn"
-                case .priorityChanged: "priority"
-                case .workEnded(_, _, let outcome, _, let served, _): "ended \(outcome) \(served)"
-                case .workStalled(_, _, let callers, _): "stalled \(callers)"
-                }
-            }
-        }
-    }
-
     func testStatisticsCountWorkCallersAndOutcomes() {
         let manager = OperationQueueManager()
         let release = Gate()
@@ -76,7 +49,7 @@ final class OperationObservationTests: XCTestCase {
 
     func testTheObserverSeesEachStepOnceInTheOrderItHappened() {
         let log = EventLog()
-        let manager = OperationQueueManager(observer: log.observe)
+        let manager = OperationQueueManager(observer: log.observer)
         let release = Gate()
         let started = Gate()
         let recorder = ResultRecorder<Int>()
@@ -93,7 +66,7 @@ final class OperationObservationTests: XCTestCase {
         XCTAssertTrue(recorder.waitForCalls(3))
         manager.queue.waitUntilAllOperationsAreFinished()
 
-        XCTAssertEqual(log.names, ["started", "joined 2", "joined 3", "withdrawn", "ended succeeded 2"])
+        XCTAssertEqual(log.steps, ["started", "joined 2", "joined 3", "withdrawn withdrawn", "ended succeeded 2"])
         guard case .workEnded(let key, _, _, _, _, let duration)? = log.events.value.last else { return XCTFail() }
         XCTAssertEqual(key, "work")
         XCTAssertGreaterThan(duration, .zero)
@@ -103,7 +76,7 @@ final class OperationObservationTests: XCTestCase {
         // Guarantee 22, for operations.
         struct Refused: Error {}
         let log = EventLog()
-        let manager = OperationQueueManager(observer: log.observe)
+        let manager = OperationQueueManager(observer: log.observer)
         let recorder = ResultRecorder<Int>()
         manager.enqueue(
             operation: TestOperation(
@@ -171,7 +144,7 @@ final class OperationObservationTests: XCTestCase {
 
     func testWorkInFlightPastTheStallThresholdWithCallersWaitingIsReportedOnce() {
         let log = EventLog()
-        let manager = OperationQueueManager(observer: log.observe, stallThreshold: .milliseconds(20))
+        let manager = OperationQueueManager(observer: log.observer, stallThreshold: .milliseconds(20))
         let release = Gate()
         let recorder = ResultRecorder<Int>()
         manager.enqueue(
@@ -187,7 +160,7 @@ final class OperationObservationTests: XCTestCase {
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
         manager.queue.waitUntilAllOperationsAreFinished()
-        XCTAssertEqual(log.names.filter { $0.hasPrefix("stalled") }, ["stalled 1"])
+        XCTAssertEqual(log.steps.filter { $0.hasPrefix("stalled") }, ["stalled 1"])
     }
 
     func testAManagerWithoutObserverOrThresholdRecordsNoEventsAndStillCounts() {

@@ -130,13 +130,7 @@ final class OperationQueueManagerAsyncTests: XCTestCase {
     }
 }
 
-/// Work that finishes with `value` once `gate` opens, counting how often it starts.
+/// An operation held until `gate` opens, finishing with `value`, counting how often it starts.
 private func gatedOperation(_ value: Int, gate: Gate, starts: Counter, started: Gate? = nil) -> TestOperation<Int> {
-    TestOperation<Int>(starts: starts) { operation in
-        started?.open()
-        DispatchQueue.global().async {
-            _ = gate.wait()
-            operation.finish(result: .success(value))
-        }
-    }
+    TestOperation<Int>(starts: starts, work: heldWork(release: gate, started: started) { value })
 }

@@ -8,12 +8,11 @@ import XCTest
 /// pattern (A–E below), the cancellation race, and the three bugs of issue 9.
 final class PrefetchableTaskCoalescerTests: XCTestCase {
     /// A clock the test moves by hand.
-    private let clock = LockedBox(ContinuousClock.now)
+    private let clock = ManualClock()
     private let runs = Counter()
 
     private func makeCoalescer(timeout: Duration = .seconds(30)) -> PrefetchableTaskCoalescer<String, Int> {
-        let clock = self.clock
-        return PrefetchableTaskCoalescer(prefetchTimeout: timeout, now: { clock.value })
+        PrefetchableTaskCoalescer(prefetchTimeout: timeout, stallThreshold: nil, clock: clock)
     }
 
     /// Starts a prefetch of "feed" held at `gate`, and a consumer that has joined it.
@@ -93,7 +92,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer(timeout: .seconds(30))
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
-        clock.value = clock.value.advanced(by: .seconds(30))
+        clock.advance(by: .seconds(30))
         let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(consumed, 2, "new work, not the expired result")
@@ -104,7 +103,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let coalescer = makeCoalescer(timeout: .seconds(30))
         try await coalescer.prefetch(key: "feed", operation: counting(runs))
 
-        clock.value = clock.value.advanced(by: .seconds(29))
+        clock.advance(by: .seconds(29))
         let consumed = try await coalescer.value(key: "feed", operation: counting(runs))
 
         XCTAssertEqual(consumed, 1)
@@ -114,7 +113,7 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         let runs = self.runs
         let coalescer = makeCoalescer(timeout: .seconds(10))
         try await coalescer.prefetch(key: "old", operation: counting(runs))
-        clock.value = clock.value.advanced(by: .seconds(11))
+        clock.advance(by: .seconds(11))
 
         _ = try await coalescer.value(key: "other", operation: counting(runs))
 
@@ -480,13 +479,4 @@ private struct StressPlan {
 /// Work that counts its runs and returns the run number.
 private func counting(_ runs: Counter) -> @Sendable () async throws -> Int {
     { runs.increment() }
-}
-
-/// Work that counts its runs and returns the run number once `gate` opens.
-private func gated(_ gate: AsyncGate, _ runs: Counter) -> @Sendable () async throws -> Int {
-    {
-        let run = runs.increment()
-        try await gate.wait()
-        return run
-    }
 }

@@ -477,12 +477,3 @@ final class TaskCoalescerControlsTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(priority, .high)
     }
 }
-
-/// Work that counts its runs and returns the run number once `gate` opens.
-private func gated(_ gate: AsyncGate, _ runs: Counter) -> @Sendable () async throws -> Int {
-    {
-        let run = runs.increment()
-        try await gate.wait()
-        return run
-    }
-}

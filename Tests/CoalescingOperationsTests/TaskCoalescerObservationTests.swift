@@ -11,28 +11,6 @@ final class TaskCoalescerObservationTests: XCTestCase {
     struct WorkFailed: Error {}
 
     /// Records the events an observer receives.
-    final class EventLog: Sendable {
-        let events = LockedBox<[CoalescingEvent<String>]>([])
-
-        var observer: @Sendable (CoalescingEvent<String>) -> Void {
-            { [events] event in events.mutate { $0.append(event) } }
-        }
-
-        /// Each event without its key and duration, to compare with what a test expects.
-        var steps: [String] {
-            events.value.map { event in
-                switch event {
-                case .workStarted: "started"
-                case .callerJoined(_, _, let callers): "joined \(callers)"
-                case .callerWithdrawn(_, _, let reason): "withdrawn \(reason)"
-                case .priorityChanged(_, _, let priority): "priority \(priority)"
-                case .workEnded(_, _, let outcome, _, let served, _): "ended \(outcome) \(served)"
-                case .workStalled: "stalled"
-                }
-            }
-        }
-    }
-
     /// Holds an object until nothing else does, so a test can see when it was released.
     final class Witness: Sendable {}
 

@@ -7,29 +7,12 @@ import XCTest
 final class WithdrawalTests: XCTestCase {
     private let callbacks = Queues.concurrent("callbacks")
 
-    /// Work that signals when it starts and finishes with `value` once `release` opens.
-    private func gatedWork(
-        started: Gate, release: Gate, value: Int, sawCancellation: Counter? = nil, ended: Gate? = nil
-    ) -> @Sendable (TestOperation<Int>) -> Void {
-        { operation in
-            started.open()
-            DispatchQueue.global().async {
-                _ = release.wait()
-                if operation.isCancelled {
-                    sawCancellation?.increment()
-                }
-                operation.finish(result: .success(value))
-                ended?.open()
-            }
-        }
-    }
-
     func testCancellingAJoinedOperationWithdrawsOnlyItsCaller() {
         let manager = OperationQueueManager()
         let started = Gate()
         let release = Gate()
         let recorder = ResultRecorder<Int>()
-        let work = gatedWork(started: started, release: release, value: 9)
+        let work = heldWork(release: release, started: started) { 9 }
         let operations = ["a", "b", "c"].map {
             TestOperation<Int>(callBackQueue: callbacks, work: work, completionHandler: recorder.handler($0))
         }
@@ -54,7 +37,7 @@ final class WithdrawalTests: XCTestCase {
         let started = Gate()
         let release = Gate()
         let recorder = ResultRecorder<Int>()
-        let work = gatedWork(started: started, release: release, value: 3)
+        let work = heldWork(release: release, started: started) { 3 }
         let host = manager.enqueue(
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("host")))
         manager.enqueue(
@@ -79,8 +62,7 @@ final class WithdrawalTests: XCTestCase {
         let ended = Gate()
         let sawCancellation = Counter()
         let recorder = ResultRecorder<Int>()
-        let work = gatedWork(
-            started: started, release: release, value: 1, sawCancellation: sawCancellation, ended: ended)
+        let work = heldWork(release: release, started: started, sawCancellation: sawCancellation, ended: ended) { 1 }
         let handles = ["a", "b", "c"].map {
             manager.enqueue(
                 operation: TestOperation<Int>(

@@ -50,3 +50,14 @@ public final class AsyncGate: @unchecked Sendable {
         }.value
     }
 }
+
+/// Task work held until `gate` opens: it counts its runs in `runs` and returns its run's number,
+/// so that callers of different works get different values. The task coalescers' tests hold work
+/// in flight with it, without sleeping.
+public func gated(_ gate: AsyncGate, _ runs: Counter) -> @Sendable () async throws -> Int {
+    {
+        let run = runs.increment()
+        try await gate.wait()
+        return run
+    }
+}

@@ -60,15 +60,20 @@ public final class TestOperation<Value: Sendable>: CoalescibleOperation<Value>, 
 }
 
 /// Work that opens `started` when it starts, then finishes with `value()` from another thread once
-/// `release` opens: the way tests hold work in flight without sleeping.
+/// `release` opens: the way tests hold work in flight without sleeping. The tests' one held work:
+/// it counts in `sawCancellation` a release that finds the operation cancelled, and opens `ended`
+/// once it has finished.
 public func heldWork<Value: Sendable>(
-    release: Gate, started: Gate? = nil, value: @escaping @Sendable () -> Value
+    release: Gate, started: Gate? = nil, sawCancellation: Counter? = nil, ended: Gate? = nil,
+    value: @escaping @Sendable () -> Value
 ) -> @Sendable (TestOperation<Value>) -> Void {
     { operation in
         started?.open()
         DispatchQueue.global().async {
             _ = release.wait()
+            if operation.isCancelled { sawCancellation?.increment() }
             operation.finish(result: .success(value()))
+            ended?.open()
         }
     }
 }

@@ -45,11 +45,10 @@ enum Controls {
     /// dispatch deadline can hold.
     static let never = Duration.nanoseconds(Int64.max)
 
-    /// Runs `action` once `delay` has passed, on a global dispatch queue: at once for zero or
-    /// less, never for ``never`` or more.
-    ///
-    /// Nothing is scheduled for callers that set no timeout, so they pay nothing for the feature.
-    /// The action is never cancelled: it must find out for itself whether it still matters.
+    /// Runs `action` once `delay` has passed on the wall's clock, on a global dispatch queue: at once
+    /// for zero or less, never for ``never`` or more. The continuous clock's timers, without a task
+    /// each: a timeout armed through a task and its sleep cost a caller ~5 µs and 4 allocations
+    /// more (BENCHMARKS.md).
     static func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) {
         guard delay < never else { return }
         let (seconds, attoseconds) = delay.components
@@ -88,7 +87,44 @@ enum Controls {
     }
 }
 
-/// The instant the machines' clock counts from (``Machine/now``). A phase holds a `Duration` rather
-/// than the clock's `Instant`: the instant's layout is resilient, and a phase holding one was read
-/// through the runtime's value witnesses at every event (a handler join ~110 instructions more).
-let clockOrigin = ContinuousClock.now
+/// The clock a coalescer's time runs on, given to its `clock:`: what the storage reads as now, and
+/// how it arms its timers (timeouts, stall thresholds, prefetch expiry). The machine never reads
+/// it: the storage reads it before taking the lock (a clock may be user code) and passes the time
+/// into the events that need it; a timer's firing is an event of its own.
+///
+/// Time is a `Duration` since the coalescer was created rather than the clock's `Instant`: an
+/// instant's layout is unknown to the machine, and a phase holding one was read through the
+/// runtime's value witnesses at every event (a handler join ~110 instructions more).
+@usableFromInline struct EngineClock: Sendable {
+    /// The time since the coalescer was created.
+    @usableFromInline let now: @Sendable () -> Duration
+    /// Runs an action once a delay has passed on the clock: at once for zero or less, never for
+    /// ``Controls/never`` or more. Nothing is scheduled for callers that set no timeout, so they
+    /// pay nothing for the feature. The action is never cancelled: it finds out for itself whether
+    /// it still matters.
+    @usableFromInline let schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void
+
+    init<C: Clock>(_ clock: C) where C.Duration == Duration {
+        guard !(clock is ContinuousClock) else {
+            // The default: read without generics, and its timers on dispatch, with no task each.
+            let origin = ContinuousClock.now
+            now = { .now - origin }
+            schedule = { delay, action in Controls.schedule(after: delay, action) }
+            return
+        }
+        // Any other clock: each timer a task that sleeps on it.
+        let origin = clock.now
+        now = { origin.duration(to: clock.now) }
+        schedule = { delay, action in
+            guard delay < Controls.never else { return }
+            // Fixed now, so that a timer whose task starts late still fires at its time.
+            let deadline = clock.now.advanced(by: max(delay, .zero))
+            Task.detached {
+                do {
+                    try await clock.sleep(until: deadline, tolerance: nil)
+                    action()
+                } catch {}
+            }
+        }
+    }
+}

@@ -38,8 +38,7 @@ import Foundation
         case .handler(_, queue: let queue?):
             groups[group(for: queue)].handlers.append(caller)
         case .operation(let operation):
-            operation.finishJoined()
-            if let own = operation.completionHandler { add(.handler(own, queue: operation.callBackQueue)) }
+            if let own = operation.finishJoined() { add(.handler(own, queue: operation.callBackQueue)) }
         case .parked(let continuation, _):
             continuations.append(continuation)
         case .arriving, .owed, .held, .gone:

@@ -8,8 +8,11 @@ import Foundation
 /// (an operation on a queue, a detached task); they never take the lock. Every entry point here
 /// takes the lock once for an event, releases it, then acts: it stops work, tells callers,
 /// delivers events and progress, writes priorities. No user code, continuation, KVO notification
-/// or observer ever runs under the lock; an operation's own lock is taken inside this one, never
-/// the other way round.
+/// or observer ever runs under the lock.
+///
+/// The lock order: this engine's lock, then an operation's one lock (`lifecycle`, which also
+/// guards its `link` and its handler), never the other way round; no path holds more than these
+/// two.
 @usableFromInline final class Engine<Key: Hashable & Sendable>: @unchecked Sendable {
     // @unchecked: `state`'s lock guards the machine and the `var`s of every work it holds; the rest
     // is immutable.
@@ -20,41 +23,41 @@ import Foundation
     @usableFromInline let observer: (@Sendable (CoalescingEvent<Key>) -> Void)?
     /// How long work may stay in flight with callers waiting before it is reported.
     let stallThreshold: Duration?
+    /// How long a prefetched result waits for its consumer; nil where nothing is stored.
+    let prefetchTimeout: Duration?
+    /// The clock the timers run on and the events' time is read from.
+    @usableFromInline let clock: EngineClock
+    /// Whether events need the time: durations for an observer, expiry for stored results. The
+    /// clock is read only then, and never under the lock.
+    @usableFromInline let keepsTime: Bool
 
     init(
         observer: (@Sendable (CoalescingEvent<Key>) -> Void)?, stallThreshold: Duration?,
-        prefetchTimeout: Duration? = nil
+        prefetchTimeout: Duration? = nil, clock: EngineClock
     ) {
         self.observer = observer
         self.stallThreshold = stallThreshold
+        self.prefetchTimeout = prefetchTimeout
+        self.clock = clock
+        keepsTime = observer != nil || prefetchTimeout != nil
         state = LockedState(Machine(observed: observer != nil, prefetchTimeout: prefetchTimeout))
     }
+
+    /// The time on the clock, if events need it.
+    @inlinable func time() -> Duration? { keepsTime ? clock.now() : nil }
 
     var statistics: CoalescingStatistics { state.withLock { $0.statistics } }
 
     // MARK: Arriving
 
-    /// Where a caller arrived: the work it started or joined and what the join decided, for
-    /// ``follow(_:timeout:sink:)`` to carry out.
-    @usableFromInline struct Entry<Value: Sendable> {
-        @usableFromInline let work: Work<Key, Value>
-        /// Nil for an operation that started work with no caller of its own.
-        @usableFromInline let joined: Joined?
-        /// Whether the caller started the work: it is then watched for stalls.
-        @usableFromInline let started: Bool
-
-        @inlinable init(_ work: Work<Key, Value>, _ joined: Joined?, started: Bool = false) {
-            (self.work, self.joined, self.started) = (work, joined, started)
-        }
-    }
-
     /// A caller arrives with `key`: it joins the work in flight, if any.
     @inlinable func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
-    ) -> Entry<Value>? {
+    ) -> Entry<Key, Value>? {
         state.withLock { machine in
             guard let work = machine.inFlight(key, as: Value.self) else { return nil }
-            return Entry(work, machine.join(work, caller, asking: urgency, watching: sink))
+            let joined = machine.join(work, caller, asking: urgency, watching: sink)
+            return Entry(work, joined)
         }
     }
 
@@ -78,37 +81,34 @@ import Foundation
     ) -> TaskArrival<Key, Value> {
         let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
         let callerPriority = Task.currentPriority
-        let caller = Caller<Value>.arriving(consumes: role == .consumer)
+        let startPriority = priority ?? callerPriority
+        let now = time()
         // Returned rather than captured: a `var` the closure mutates may cost an allocation.
-        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Value>?) in
-            if role != .plain, machine.nextExpiry != nil {
-                if role == .consumer, let value = machine.takeStored(key, as: Value.self) {
-                    return (.taken(value), nil)
-                }
-                if role == .prefetcher, machine.hasStored(key) { return (.alreadyStored, nil) }
-            }
-            if let work = machine.inFlight(key, as: Value.self) {
-                work.isPrefetch = work.isPrefetch || role == .prefetcher
-                let joined = machine.join(work, caller, asking: Urgency(callerPriority), watching: sink)
+        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Key, Value>?) in
+            let arrival: Arrival<Key, Value> = machine.arrive(
+                key, as: role, at: callerPriority, starting: startPriority, policy: whenAbandoned, watching: sink,
+                at: now)
+            switch arrival {
+            case .taken(let value):
+                return (.taken(value), nil)
+            case .alreadyStored:
+                return (.alreadyStored, nil)
+            case .joins(let work, let joined):
                 return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined))
-            }
-            let startPriority = priority ?? callerPriority
-            let work = Work<Key, Value>(
-                key: key, runner: .unstarted, policy: whenAbandoned, floor: Urgency(startPriority),
-                timed: machine.outbox != nil)
-            work.isPrefetch = role == .prefetcher
-            machine.start(work)
-            let joined = machine.join(work, caller, asking: nil, watching: sink)
-            // Created under the lock, so that its end cannot overtake this arrival.
-            work.runner = .task(
-                startTask(for: work, name: name, priority: startPriority) { [self] in
+            case .starts(let work, let joined):
+                // Created under the lock, so that its end cannot overtake this arrival.
+                let task = startTask(for: work, name: name, priority: startPriority) { [self] in
                     do {
                         end(work, with: .success(try await operation()))
                     } catch {
                         end(work, with: .failure(error))
                     }
-                })
-            return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true))
+                }
+                machine.assign(task, to: work)
+                return (
+                    .waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true)
+                )
+            }
         }
         follow(entry, timeout: timeout, sink: sink)
         return arrival
@@ -117,10 +117,10 @@ import Foundation
     /// What follows every arrival once the lock is released: new work is watched for stalls, the
     /// caller's timeout armed, the work's priority raised, the latest progress delivered, the
     /// events delivered. Only a caller that asked for a deadline, or for progress, pays for it.
-    @inlinable func follow<Value>(_ entry: Entry<Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
+    @inlinable func follow<Value>(_ entry: Entry<Key, Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
         if let entry {
             if entry.started { watchForStall(entry.work) }
-            if let timeout { withdraw(entry.work, slot: entry.joined?.slot, after: timeout) }
+            if let timeout { armTimeout(entry.work, slot: entry.joined?.slot, after: timeout) }
             if entry.joined?.raised == true { applyPriority(of: entry.work) }
             if let joined = entry.joined, joined.delivers, let sink {
                 deliverCalls(to: joined.slot, of: entry.work, via: sink)
@@ -140,7 +140,7 @@ import Foundation
         if let decided = withdrawn.decided { stop(decided) }
         if let (caller, heard) = withdrawn.told { caller.tell(heard) }
         if let decided = withdrawn.decided {
-            settle(work, decided, with: .failure(CoalescingError.cancelled))
+            announceEnd(work, decided, with: .failure(CoalescingError.cancelled))
         } else {
             deliverEvents()
         }
@@ -158,16 +158,19 @@ import Foundation
     @inlinable func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false
     ) -> Decided<Value>? {
-        state.withLock { $0.decide(work, with: result, stopping: stopping) }
+        let now = time()
+        return state.withLock { $0.decide(work, with: result, stopping: stopping, at: now) }
     }
 
-    /// The second half of an end: the work stops, then its callers hear.
+    /// The second half of an end: the work stops, then its callers hear; a value stored for a
+    /// consumer has its expiry armed.
     @inlinable func carryOut<Value>(
         _ decided: Decided<Value>?, of work: Work<Key, Value>, with result: Result<Value, Error>
     ) {
         guard let decided else { return }
         stop(decided)
-        settle(work, decided, with: result)
+        announceEnd(work, decided, with: result)
+        if decided.stores { armExpiry() }
     }
 
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that
@@ -177,17 +180,23 @@ import Foundation
         if decided.stopping { decided.runner.stop() }
     }
 
-    /// The last steps of a decided end, after its event is delivered (Guarantee 22): the callers
-    /// are collected (joined operations finish), the operation that ran the work finishes, then
-    /// the callers hear.
-    @inlinable func settle<Value>(
+    /// A decided end's event is delivered, then its result settled (Guarantee 22): here, or on the
+    /// thread already delivering events.
+    @inlinable func announceEnd<Value>(
         _ work: Work<Key, Value>, _ decided: Decided<Value>, with result: Result<Value, Error>
     ) {
-        guard observer != nil else { return serve(work, decided.runner, with: result) }
-        deliverRecordedEvents { [self] in serve(work, decided.runner, with: result) }
+        if observer == nil {
+            settle(work, decided.runner, with: result)
+        } else {
+            deliverRecordedEvents { [self] in settle(work, decided.runner, with: result) }
+        }
     }
 
-    @inlinable func serve<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>) {
+    /// The last steps of a decided end (the machine's ``Machine/settle(_:with:)``): the callers
+    /// are collected (joined operations finish), the operation that ran the work finishes, then
+    /// the callers hear.
+    @inlinable func settle<Value>(_ work: Work<Key, Value>, _ runner: Runner<Value>, with result: Result<Value, Error>)
+    {
         let settled = state.withLock { $0.settle(work, with: result) }
         var delivery = Delivery<Value>()
         delivery.add(settled.callers)
@@ -207,9 +216,7 @@ import Foundation
 
     /// Forgets the work in flight under every key that `matches`; returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        state.withLock { machine in
-            machine.index.keys.filter(matches).reduce(false) { machine.forget($1) || $0 }
-        }
+        state.withLock { $0.forget(where: matches) }
     }
 
     // MARK: Progress
@@ -290,9 +297,7 @@ import Foundation
 
     /// A waiting task caller was escalated to `priority`.
     @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
-        if state.withLock({ $0.reprioritize(work, slot: slot, to: work.priority.urgency(of: priority)) }) {
-            applyPriority(of: work)
-        }
+        if state.withLock({ $0.escalate(work, slot: slot, to: priority) }) { applyPriority(of: work) }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
@@ -325,17 +330,29 @@ import Foundation
     // MARK: Timers
 
     /// Withdraws the caller in `slot` with ``CoalescingError/timedOut`` once `timeout` has
-    /// passed, unless the result reached it first. Holds the work only weakly meanwhile.
-    @usableFromInline func withdraw<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
-        Controls.schedule(after: timeout) { [weak self, weak work] in
+    /// passed on the clock, unless the result reached it first. Holds the work only weakly
+    /// meanwhile.
+    @usableFromInline func armTimeout<Value>(_ work: Work<Key, Value>, slot: Int?, after timeout: Duration) {
+        clock.schedule(timeout) { [weak self, weak work] in
             if let self, let work { self.withdraw(work, slot: slot, reason: .timedOut) }
+        }
+    }
+
+    /// Releases the stored results that have expired once the prefetch timeout has passed on the
+    /// clock: the expiry as an event, so that a result nobody takes is not kept until the next call.
+    @usableFromInline func armExpiry() {
+        guard let prefetchTimeout else { return }
+        clock.schedule(prefetchTimeout) { [weak self] in
+            guard let self else { return }
+            let now = clock.now()
+            state.withLock { $0.releaseExpired(at: now) }
         }
     }
 
     /// Reports `work`, once, if it is still in flight with callers after the stall threshold.
     @usableFromInline func watchForStall(_ work: AnyWork<Key>) {
         guard let threshold = stallThreshold else { return }
-        Controls.schedule(after: threshold) { [weak self, weak work] in
+        clock.schedule(threshold) { [weak self, weak work] in
             guard let self, let work else { return }
             let callers = state.withLock { $0.stalled(work, after: threshold) }
             guard callers > 0 else { return }
@@ -390,55 +407,29 @@ extension Engine where Key == OperationKey {
     @inlinable func admit<Value>(
         _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
         then newcomer: OperationQueueManager.Newcomer<Value>?
-    ) -> OperationQueueManager.Admitted<Value> {
+    ) -> Admitted<Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
+        let now = time()
         return state.withLock { machine in
-            var admitted = OperationQueueManager.Admitted<Value>()
-            if let work = machine.inFlight(key, as: Value.self),
-                operation.take(work, of: self, slot: work.callers.entries.count)
-            {
-                let joined = machine.join(work, .operation(operation), asking: urgency, watching: sink)
-                admitted = .init(.joinedWork, Entry(work, joined))
-            } else if case let work = Work<OperationKey, Value>(
-                key: key, runner: .operation(operation), policy: policy, floor: urgency, timed: machine.outbox != nil),
-                operation.take(work, of: self, slot: nil)
-            {
-                machine.start(work)
-                let own = operation.completionHandler.map { Caller.handler($0, queue: operation.callBackQueue) }
-                let joined = own.map { machine.join(work, $0, asking: nil, watching: sink) }
-                admitted = .init(.startedWork, Entry(work, joined, started: true))
-                admitted.queued = true
-            } else if let runs = operation.claimForQueue() {
-                // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
-                admitted.admission = runs ? .startedWork : .ignored
-                admitted.queued = true
-            } else if newcomer != nil, let work = operation.work(in: self), case .running = work.phase {
-                // Enqueued here before: a caller brought with it waits for the work it runs or
-                // joined, while its result is open; otherwise it hears the operation was not fresh.
-                admitted = .init(.joinedWork, Entry(work, nil))
+            machine.admit(
+                operation, as: key, asking: urgency, policy: policy, watching: sink, then: newcomer, at: now
+            ) { work, slot in
+                operation.take(work, of: self, slot: slot, admitting: true)
             }
-            if let newcomer, let entry = admitted.entry {
-                var joined = machine.join(
-                    entry.work, newcomer.caller, asking: newcomer.urgency ?? urgency, watching: newcomer.sink)
-                joined.raised = joined.raised || entry.joined?.raised == true
-                admitted.entry = Entry(entry.work, joined, started: entry.started)
-            }
-            return admitted
         }
     }
 
-    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if it is fresh and the work's
-    /// result is still open. Returns whether it joined.
+    // MARK: The deprecated hand-join: its events, `joinByHand` and `adopt`, are in Deprecations.swift
+
+    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if the machine lets it.
+    /// Returns whether it joined.
     func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: rider))
-        let entry = state.withLock { machine -> Entry<Value>? in
-            guard case .running = work.phase, rider.take(work, of: self, slot: work.callers.entries.count) else {
-                return nil
-            }
-            return Entry(work, machine.join(work, .operation(rider), asking: urgency))
+        let entry = state.withLock { machine in
+            machine.joinByHand(rider, to: work, asking: urgency) { slot in rider.take(work, of: self, slot: slot) }
         }
         follow(entry, timeout: nil)
         return entry != nil
@@ -447,16 +438,13 @@ extension Engine where Key == OperationKey {
     /// Work for an operation that others join by hand, in an engine of its own that indexes it
     /// nowhere: its result takes the same path as any other.
     static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
-        let engine = Engine(observer: nil, stallThreshold: nil)
+        let engine = Engine(observer: nil, stallThreshold: nil, clock: EngineClock(ContinuousClock()))
         let work = Work<OperationKey, Value>(
             key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
-            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), timed: false)
+            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
         return engine.state.withLock { machine in
-            guard operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
-            work.isIndexed = false
-            if let own = operation.completionHandler {
-                _ = machine.join(work, .handler(own, queue: operation.callBackQueue), asking: nil)
-            }
+            guard case .runs(let own) = operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
+            machine.adopt(work, own: own, on: operation.callBackQueue)
             return work
         }
     }

@@ -26,8 +26,6 @@ import Foundation
     @usableFromInline var outbox: Outbox<Key>?
     /// How long a prefetched result waits for its consumer; nil where nothing is stored.
     @usableFromInline let prefetchTimeout: Duration?
-    /// The clock stored results expire by, as the time since ``clockOrigin``; tests move it by hand.
-    @usableFromInline var now: @Sendable () -> Duration = { .now - clockOrigin }
     /// The earliest expiry among stored results, or later; nil when nothing is stored.
     @usableFromInline var nextExpiry: Duration?
 
@@ -64,14 +62,15 @@ import Foundation
     ) -> Joined {
         let slot = work.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
-        let raised = urgency.map { work.priority.demand($0, from: slot) } ?? false
-        let delivers = sink.map { work.watch($0, in: slot) } ?? false
+        var joined = Joined(slot: slot)
+        if let urgency { joined.raised = work.priority.demand(urgency, from: slot) }
+        if let sink { joined.delivers = work.watch(sink, in: slot) }
         if case .arriving = caller { work.unparked += 1 }
         work.live += 1
         statistics.countArrival(joining: work.arrivals > 0)
         if work.arrivals > 0 { record(.callerJoined(key: work.key, work: work.number, callers: work.live)) }
         work.arrivals += 1
-        return Joined(slot: slot, raised: raised, delivers: delivers)
+        return joined
     }
 
     /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
@@ -82,7 +81,14 @@ import Foundation
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) -> Withdrawn<Value> {
         var action = Withdrawn<Value>()
-        guard case .running = work.phase else { return action }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: the caller left (its timeout fired, its task or operation was
+            // cancelled) as or after the result was decided, which is its last call (Guarantee 17).
+            return action
+        }
         var waited = true
         if let slot {
             guard work.callers.entries[slot].isOpen else { return action }
@@ -94,7 +100,8 @@ import Foundation
             }
             action.reprioritizes = work.priority.release(slot)
             let heard = result ?? .failure(reason.error)
-            action.told = work.conclude(slot, with: heard, droppingProgress: true).map { ($0, heard) }
+            let told = work.conclude(slot, with: heard, droppingProgress: true)
+            if let told { action.told = (told, heard) }
         }
         if waited, work.live == 0, work.policy == .cancel {
             action.decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
@@ -124,7 +131,9 @@ import Foundation
             work.unparked -= 1
             work.owed[slot] = nil
             work.callers.entries[slot] = .parked(continuation, consumes: false)
-            return work.conclude(slot, with: result, droppingProgress: true) != nil ? result : nil
+            // Heard now, unless a progress call is on its way: it then hears after that call.
+            let heardNow = work.conclude(slot, with: result, droppingProgress: true) != nil
+            return heardNow ? result : nil
         case .handler, .operation, .parked, .held, .gone:
             preconditionFailure("Machine: slot \(slot) is no caller waiting to park")
         }
@@ -137,7 +146,13 @@ import Foundation
     @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>)
         -> [(slot: Int, sink: ProgressSink)]
     {
-        guard case .running = work.phase else { return [] }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: reported as the result was decided; nobody hears it (Guarantee 24).
+            return []
+        }
         work.progress = progress
         var starting: [(slot: Int, sink: ProgressSink)] = []
         for slot in work.calls.keys where work.callers.entries[slot].isOpen {
@@ -170,34 +185,45 @@ import Foundation
 
     // MARK: The end
 
-    /// Event: the work's result is decided (it finished, was cancelled, or was abandoned): counted
-    /// and recorded now, handed to the callers at ``settle(_:with:)``. Nil if already decided.
-    /// Inlinable, like ``settle(_:with:)``: unspecialized, each looked its types up at every end.
+    /// Event: the work's result is decided (it finished, was cancelled, or was abandoned), `now`
+    /// on the coalescer's clock if it keeps time: counted and recorded now, handed to the callers
+    /// at ``settle(_:with:)``. Nil if already decided. Inlinable, like ``settle(_:with:)``:
+    /// unspecialized, each looked its types up at every end.
     @inlinable mutating func decide<Value>(
-        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool
+        _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool, at now: Duration? = nil
     ) -> Decided<Value>? {
-        guard case .running = work.phase else { return nil }
+        switch work.phase {
+        case .running:
+            break
+        case .deciding, .ended, .stored:
+            // Late, and expected: finished as it was cancelled, or cancelled as it finished; the first
+            // decision stands (Guarantee 2).
+            return nil
+        }
         let runner = work.runner
         work.phase = .deciding
+        var stores = false
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.isPrefetch, work.isIndexed, case .success(let value) = result, !work.callers.hasConsumer,
-            let timeout = prefetchTimeout
+            let timeout = prefetchTimeout, let now
         {
-            let expiry = now() + timeout
+            let expiry = now + timeout
             work.stored = value
             work.phase = .stored(until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
+            stores = true
         } else {
             unindex(work)
         }
         let outcome = WorkOutcome(result)
         statistics.countEnd(outcome, served: work.live)
         let error: (any Error)? = if case .failure(let error) = result, outcome == .failed { error } else { nil }
+        let duration = if let now, let startedAt = work.startedAt { now - startedAt } else { Duration.zero }
         record(
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: work.live,
-                duration: work.startedAt.map { .now - $0 } ?? .zero))
-        return Decided(runner: runner, stopping: stopping)
+                duration: duration))
+        return Decided(runner: runner, stopping: stopping, stores: stores)
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -206,7 +232,15 @@ import Foundation
     @inlinable mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Settled<Value>
     {
-        if case .deciding = work.phase { work.phase = .ended }
+        switch work.phase {
+        case .deciding:
+            work.phase = .ended
+        case .stored, .ended:
+            // Stored for a consumer, who may have taken it already: its callers are served all the same.
+            break
+        case .running:
+            preconditionFailure("Machine: work \(work.number) was settled before its result was decided")
+        }
         var settled = Settled<Value>()
         guard work.unparked > 0 || !work.calls.isEmpty else {
             // Every slot is a caller waiting or one that left: the list is served whole.
@@ -214,16 +248,19 @@ import Foundation
             return settled
         }
         for slot in work.callers.entries.indices {
-            if case .held(let continuation) = work.callers.entries[slot], let own = work.owed.removeValue(forKey: slot)
-            {
-                work.unparked -= 1
-                work.callers.entries[slot] = .parked(continuation, consumes: false)
-                if work.conclude(slot, with: own, droppingProgress: true) != nil {
-                    settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own))
-                }
-            } else if let caller = work.conclude(slot, with: result, droppingProgress: false) {
-                _ = settled.callers.add(caller)
+            guard case .held(let continuation) = work.callers.entries[slot] else {
+                let caller = work.conclude(slot, with: result, droppingProgress: false)
+                if let caller { _ = settled.callers.add(caller) }
+                continue
             }
+            // Held while the work was deciding: it hears what it is owed (a held task always is).
+            guard let own = work.owed.removeValue(forKey: slot) else {
+                preconditionFailure("Machine: the task in slot \(slot) was held with nothing owed")
+            }
+            work.unparked -= 1
+            work.callers.entries[slot] = .parked(continuation, consumes: false)
+            let heardNow = work.conclude(slot, with: own, droppingProgress: true) != nil
+            if heardNow { settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own)) }
         }
         return settled
     }
@@ -240,12 +277,21 @@ import Foundation
 
     // MARK: Controls
 
-    /// Event: `key` is forgotten; its work goes on, unindexed.
-    mutating func forget(_ key: Key) -> Bool {
-        guard let work = index.removeValue(forKey: key) else { return false }
-        work.isIndexed = false
-        if case .running = work.phase { forgotten[ObjectIdentifier(work)] = work }
-        return true
+    /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
+    /// stored for it is dropped. Returns whether there was any.
+    mutating func forget(where matches: (Key) -> Bool) -> Bool {
+        var found = false
+        for (key, work) in index where matches(key) {
+            index[key] = nil
+            work.isIndexed = false
+            switch work.phase {
+            case .running: forgotten[ObjectIdentifier(work)] = work
+            case .stored: work.dropStored()
+            case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
+            }
+            found = true
+        }
+        return found
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
@@ -257,12 +303,16 @@ import Foundation
         var works: [AnyWork<Key>] = []
         var dropped = false
         for (key, work) in index where matches(key) {
-            if case .running = work.phase {
+            switch work.phase {
+            case .running:
                 works.append(work)
-            } else {
+            case .stored:
                 index[key] = nil
                 work.isIndexed = false
+                work.dropStored()
                 dropped = true
+            case .deciding, .ended:
+                preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
         }
         if includingForgotten { works += forgotten.values }
@@ -284,8 +334,18 @@ import Foundation
         -> Bool
     {
         guard case .running = work.phase, let slot, work.callers.entries[slot].waits else { return false }
+        // Both, whatever the first returns: the old urgency goes, the new one comes.
         let released = work.priority.release(slot)
-        return (urgency.map { work.priority.demand($0, from: slot) } ?? false) || released
+        var raised = false
+        if let urgency { raised = work.priority.demand(urgency, from: slot) }
+        return raised || released
+    }
+
+    /// Event: the waiting task in `slot` was escalated to `priority`. Returns whether the work must
+    /// follow; never for a caller that left.
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
+        guard case .running = work.phase, work.callers.entries[slot].waits else { return false }
+        return work.priority.escalate(slot, to: priority)
     }
 
     /// Event: a thread offers to write the work's priority; returns whether it is the one to: no
@@ -327,40 +387,41 @@ import Foundation
 
     // MARK: Prefetched results
 
-    /// Event: a consumer arrives and takes the value stored for `key`, counted as a caller who
-    /// joined the prefetch and was served. Nil if none is stored.
-    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type) -> Value? {
-        releaseExpired()
+    /// Event: a consumer arrives, `now`, and takes the value stored for `key`, counted as a caller
+    /// who joined the prefetch and was served. Nil if none is stored.
+    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type, at now: Duration)
+        -> Value?
+    {
+        releaseExpired(at: now)
         guard let entry = index[key], case .stored = entry.phase else { return nil }
         let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
-        defer { work.stored = nil }
+        let value = work.stored
         index[key] = nil
         work.isIndexed = false
-        work.phase = .ended
+        work.dropStored()
         statistics.countArrival(joining: true)
         statistics.callersServed += 1
-        return work.stored
+        return value
     }
 
-    /// Whether a prefetched result waits for `key`.
-    @usableFromInline mutating func hasStored(_ key: Key) -> Bool {
-        releaseExpired()
+    /// Whether a prefetched result waits for `key`, `now`.
+    @usableFromInline mutating func hasStored(_ key: Key, at now: Duration) -> Bool {
+        releaseExpired(at: now)
         if case .stored = index[key]?.phase { return true }
         return false
     }
 
-    /// Drops expired results; sweeps only once the earliest expiry has passed.
-    @usableFromInline mutating func releaseExpired() {
-        guard let nextExpiry else { return }
-        let now = now()
-        guard now >= nextExpiry else { return }
+    /// Event: time passed, to `now` (an expiry timer fired, or a caller arrived). Drops expired
+    /// results; sweeps only once the earliest expiry has passed.
+    @usableFromInline mutating func releaseExpired(at now: Duration) {
+        guard let nextExpiry, now >= nextExpiry else { return }
         var earliest: Duration?
         for (key, work) in index {
             guard case .stored(let expiry) = work.phase else { continue }
             if expiry <= now {
                 index[key] = nil
                 work.isIndexed = false
-                work.phase = .ended
+                work.dropStored()
             } else {
                 earliest = min(earliest ?? expiry, expiry)
             }
@@ -379,7 +440,8 @@ import Foundation
     case deciding
     /// Its callers were handed the result.
     case ended
-    /// A prefetched value waits for its consumer until `until` on ``Machine/now`` (kept in ``Work/stored``).
+    /// A prefetched value waits for its consumer until `until` on the coalescer's clock (kept in
+    /// ``Work/stored``).
     case stored(until: Duration)
 }
 
@@ -415,7 +477,7 @@ import Foundation
     @inlinable var waits: Bool {
         switch self {
         case .handler, .arriving, .parked, .held: true
-        case .operation(let operation): operation.completionHandler != nil
+        case .operation(let operation): operation.hasOwnCaller
         case .owed, .gone: false
         }
     }
@@ -455,13 +517,17 @@ import Foundation
     @inlinable init() {}
 }
 
-/// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of.
+/// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
+/// and, if it `stores` its value for a consumer, a timer for the value's expiry.
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
+    @usableFromInline let stores: Bool
 
-    @inlinable init(runner: Runner<Value>, stopping: Bool) {
-        (self.runner, self.stopping) = (runner, stopping)
+    @inlinable init(runner: Runner<Value>, stopping: Bool, stores: Bool = false) {
+        self.runner = runner
+        self.stopping = stopping
+        self.stores = stores
     }
 }
 

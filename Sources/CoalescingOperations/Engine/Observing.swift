@@ -10,7 +10,7 @@ import Foundation
 public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible {
     /// Work started: its operation was added to the queue, or its task created.
     public internal(set) var workStarted = 0
-    /// Callers that arrived: each completion handler, absorbed operation or awaiting task, whether
+    /// Callers that arrived: each completion handler, joined operation or awaiting task, whether
     /// it started the work or joined it. Work started with no caller of its own (an operation
     /// without a completion handler, say) counts no arrival until one comes.
     public internal(set) var callersArrived = 0
@@ -40,10 +40,6 @@ public struct CoalescingStatistics: Sendable, Equatable, CustomStringConvertible
 
     /// Work started and not yet ended.
     public var workInFlight: Int { workStarted - workEnded }
-
-    /// Runs of the work that coalescing spared: the same number as ``callersJoined``.
-    @available(*, deprecated, renamed: "callersJoined", message: "the same number as callersJoined")
-    public var callersSaved: Int { callersJoined }
 
     /// Counts work starting, and returns its number: 1 for the first.
     @usableFromInline mutating func countStart() -> Int {

@@ -17,6 +17,21 @@ import Foundation
         service = priority.rawValue
     }
 
+    /// A task's priority in an operation's terms: the quality of service that matches it
+    /// (Guarantees 11 and 19), and nothing asked of the queue priority, which a task has none of.
+    @usableFromInline init(serviceOf task: TaskPriority) {
+        let service: QualityOfService =
+            switch task.rawValue {
+            case ..<TaskPriority.utility.rawValue: .background
+            case ..<TaskPriority.medium.rawValue: .utility
+            case ..<TaskPriority.userInitiated.rawValue: .default
+            case TaskPriority.userInitiated.rawValue: .userInitiated
+            default: .userInteractive
+            }
+        queue = .min
+        self.service = service.urgency
+    }
+
     @inlinable func raised(to other: Urgency) -> Urgency {
         var raised = self
         raised.queue = max(queue, other.queue)
@@ -70,19 +85,15 @@ import Foundation
         demands.reduce(floor) { current, next in next.map(current.raised) ?? current }
     }
 
-    /// A task caller's priority in the work's terms: an operation runs at the quality of service
-    /// that matches it (Guarantees 11 and 19).
-    @usableFromInline func urgency(of task: TaskPriority) -> Urgency {
-        guard !risesOnly else { return Urgency(task) }
-        let service: QualityOfService =
-            switch task.rawValue {
-            case ..<TaskPriority.utility.rawValue: .background
-            case ..<TaskPriority.medium.rawValue: .utility
-            case ..<TaskPriority.userInitiated.rawValue: .default
-            case TaskPriority.userInitiated.rawValue: .userInitiated
-            default: .userInteractive
-            }
-        return Urgency(OperationPriority(qualityOfService: service))
+    /// The caller in `slot`, a task, was escalated to `task`: it asks for what it brought, raised
+    /// to that, never less (Guarantee 19). Returns whether it raises the work.
+    mutating func escalate(_ slot: Int, to task: TaskPriority) -> Bool {
+        guard !risesOnly else { return demand(Urgency(task), from: slot) }
+        let escalated = Urgency(serviceOf: task)
+        guard demands.indices.contains(slot), let brought = demands[slot] else {
+            return demand(escalated, from: slot)
+        }
+        return demand(brought.raised(to: escalated), from: slot)
     }
 
     /// Records the urgency of the caller in `slot`; returns whether it raises the work.

@@ -25,25 +25,27 @@ import Foundation
     @usableFromInline @exclusivity(unchecked) var isPrefetch = false
     /// What happens when the last caller withdraws.
     @usableFromInline let policy: AbandonedWorkPolicy
-    /// When the work started; only read where an observer wants durations.
-    @usableFromInline let startedAt: ContinuousClock.Instant?
+    /// When the work started, on its coalescer's clock; only kept where an observer wants durations.
+    @usableFromInline let startedAt: Duration?
     /// The latest progress the work reported, for callers who join later.
     @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
 
     /// The priority: see Priority.swift.
     @usableFromInline @exclusivity(unchecked) var priority: PriorityState
 
-    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, timed: Bool) {
+    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, startedAt: Duration?) {
         self.key = key
         self.policy = policy
         priority = PriorityState(floor: floor, risesOnly: risesOnly)
-        startedAt = timed ? .now : nil
+        self.startedAt = startedAt
     }
 
     /// Writes the priority to whatever runs the work.
     func write(_ priority: Urgency) { preconditionFailure("AnyWork is abstract") }
     /// Cancels the work for all its callers.
     func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
+    /// Ends a stored result's wait, taken, expired or dropped: the phase and the value go together.
+    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
 }
 
 /// One run of the work for one key, and its callers.
@@ -58,16 +60,23 @@ import Foundation
     /// The prefetched value, while the phase is ``Phase/stored(until:)``.
     @usableFromInline @exclusivity(unchecked) var stored: Value?
 
-    @inlinable init(key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, timed: Bool) {
+    @inlinable init(
+        key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, startedAt: Duration?
+    ) {
         self.runner = runner
         let risesOnly = if case .operation = runner { false } else { true }
-        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, timed: timed)
+        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, startedAt: startedAt)
     }
 
     override func write(_ priority: Urgency) { runner.prioritize(priority) }
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
+    }
+
+    @usableFromInline override func dropStored() {
+        phase = .ended
+        stored = nil
     }
 
     /// Gives the caller in `slot` its last call, `result`. Returns the caller to hand it to now; nil

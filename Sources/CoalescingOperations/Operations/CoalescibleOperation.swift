@@ -50,7 +50,7 @@ import Foundation
 /// callers: each knob is the most urgent among the callers still waiting, and never below what the
 /// app set on the operation itself. A caller that withdraws or times out takes its urgency with it.
 open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @unchecked Sendable {
-    // @unchecked: adds only an immutable identifier to `ConcurrentOperation`'s lock-guarded state.
+    // @unchecked: adds an immutable identifier, and `link`, guarded by `lifecycle`'s lock.
 
     /// Operations with equal identifiers and the same `Value` type do the same work.
     ///
@@ -58,7 +58,13 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// `"questions"`.
     public let identifier: String
 
-    @usableFromInline let link = LockedState(Link.fresh)
+    /// Where the operation's result is decided. Read and written only under `lifecycle`'s lock,
+    /// the operation's one lock: a manager takes it inside its engine's lock, and no path nests
+    /// more than those two.
+    @usableFromInline @exclusivity(unchecked) final var link = Link.fresh
+
+    /// The link, read under the operation's lock.
+    @usableFromInline final var linked: Link { lifecycle.withLock { _ in link } }
 
     /// Creates an operation whose caller, if any, is `completionHandler`, called on
     /// `callBackQueue`.
@@ -120,29 +126,33 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// Sets the floor under the callers' priorities while the work waits on its queue; false if
     /// the operation runs no work an engine holds waiting, so that the setter writes through.
     private final func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
-        guard case .runs(let engine, let work) = link.withLock({ $0 }), case .idle = lifecycle.withLock({ $0 }) else {
-            return false
+        let held = lifecycle.withLock { lifecycle -> (Engine<OperationKey>, AnyWork<OperationKey>)? in
+            guard case .runs(let engine, let work) = link, case .idle = lifecycle else { return nil }
+            return (engine, work)
         }
+        guard let (engine, work) = held else { return false }
         engine.setFloor(of: work, change)
         return true
     }
 
     // Inlinable: finishing an operation of a final subclass is then specialized in the caller's
     // module, and so is handing the result to every caller (fan-out ~50 Ir a caller cheaper).
-    @inlinable override final func settle(_ result: Result<Value, Error>, cancelling: Bool) {
-        let taken = link.withLock { link -> Link in
-            defer { if case .fresh = link { link = .alone } }
-            return link
+    @inlinable override final func end(with result: Result<Value, Error>, cancelling: Bool) {
+        let taken = lifecycle.withLock { _ -> Link in
+            let taken = link
+            // Nobody took it: a plain operation from now on, which no manager may take.
+            if case .fresh = taken { link = .alone }
+            return taken
         }
         switch taken {
         case .fresh, .alone:
-            super.settle(result, cancelling: cancelling)
+            super.end(with: result, cancelling: cancelling)
         case .runs(let engine, let work):
-            // Decided before Foundation hears of a cancellation, for the reason `super.settle` gives.
+            // Decided before Foundation hears of a cancellation, for the reason `super.end(with:cancelling:)` gives.
             let decided = engine.decide(work, with: result)
             if cancelling { cancelInFoundation() }
             engine.carryOut(decided, of: work, with: result)
-        case .rides(let engine, let work, let slot):
+        case .joined(let engine, let work, let slot):
             if cancelling { cancelInFoundation() }
             // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).
             engine.withdraw(work, slot: slot, reason: .withdrawn, hearing: cancelling ? nil : result)
@@ -152,14 +162,14 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     }
 
     override final func willRun() -> Bool {
-        switch link.withLock({ $0 }) {
+        switch linked {
         case .runs(let engine, let work): engine.begin(work)
-        case .rides, .ended: false
+        case .joined, .ended: false
         case .fresh, .alone: true
         }
     }
 
     override final func reported(_ progress: WorkProgress) {
-        if case .runs(let engine, let work) = link.withLock({ $0 }) { engine.report(progress, for: work) }
+        if case .runs(let engine, let work) = linked { engine.report(progress, for: work) }
     }
 }

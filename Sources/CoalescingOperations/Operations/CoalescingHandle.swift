@@ -10,7 +10,7 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
         case startedWork
         /// Identical work was in flight: this caller joined it, and no new work was queued.
         case joinedWork
-        /// The operation was not fresh (already enqueued, absorbed, started, finished or
+        /// The operation was not fresh (already enqueued, joined to other work, started, finished or
         /// cancelled), so nothing changed. The handle controls nothing.
         case ignored
     }

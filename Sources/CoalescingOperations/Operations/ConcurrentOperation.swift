@@ -44,14 +44,23 @@ import Foundation
 /// All callers receive the same `Value` instance, on their own queues: `Value` is `Sendable`, so
 /// the compiler checks that sharing it is safe.
 open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable {
-    // @unchecked: the only mutable state is `lifecycle`, guarded by its lock; the rest is `let`.
+    // @unchecked: the mutable state is `lifecycle` and `completionHandler`, both guarded by
+    // `lifecycle`'s lock; the rest is `let`.
 
     /// The queue the completion handler runs on; nil runs it on the thread that finishes the
     /// operation.
     public let callBackQueue: OperationQueue?
 
-    /// The operation's own caller, if it has one.
-    @usableFromInline let completionHandler: (@Sendable (Result<Value, Error>) -> Void)?
+    /// A completion handler: the operation's own caller.
+    @usableFromInline typealias Handler = @Sendable (Result<Value, Error>) -> Void
+
+    /// The operation's own caller until its one call is made, or handed to the work the operation
+    /// runs: let go of then, so that a handler that captures its own operation does not keep it
+    /// alive (Guarantee 2). Read and written only under `lifecycle`'s lock.
+    @usableFromInline @exclusivity(unchecked) final var completionHandler: Handler?
+
+    /// Whether the operation was created with a completion handler: a caller of its own.
+    @usableFromInline let hasOwnCaller: Bool
 
     @usableFromInline let lifecycle: LockedState<Lifecycle>
 
@@ -72,6 +81,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
         // caller's operation ~0.5 µs of metadata look-ups (BENCHMARKS.md).
         self.callBackQueue = callBackQueue
         self.completionHandler = completionHandler
+        hasOwnCaller = completionHandler != nil
         lifecycle = LockedState(.idle(onQueue: false))
         super.init()
     }
@@ -135,7 +145,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// operations.
     ///
     /// - Parameter result: The value, or the error, every caller receives.
-    @inlinable public final func finish(result: Result<Value, Error>) { settle(result, cancelling: false) }
+    @inlinable public final func finish(result: Result<Value, Error>) { end(with: result, cancelling: false) }
 
     /// Reports how far the work has got, from any thread, as often as it likes: every caller that
     /// asked for progress receives it on its own queue, the latest value winning when updates
@@ -156,7 +166,7 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// - After the operation finished, this does nothing.
     /// - For a ``CoalescibleOperation`` that joined other work, this withdraws its caller only,
     ///   which hears `CancellationError`; see ``CoalescibleOperation``.
-    open override func cancel() { settle(.failure(CoalescingError.cancelled), cancelling: true) }
+    open override func cancel() { end(with: .failure(CoalescingError.cancelled), cancelling: true) }
 
     // MARK: What a subclass of the library's changes
 
@@ -165,10 +175,10 @@ open class ConcurrentOperation<Value: Sendable>: Operation, @unchecked Sendable 
     /// waits on dependencies ready, and its queue may start it at once on another thread, where
     /// `start()` must find the result decided. Serving comes after: running work sees
     /// `isCancelled` before its caller hears.
-    @usableFromInline func settle(_ result: Result<Value, Error>, cancelling: Bool) {
-        let decided = resultDecided()
+    @usableFromInline func end(with result: Result<Value, Error>, cancelling: Bool) {
+        let completionHandler = resultDecided()
         if cancelling { cancelInFoundation() }
-        if decided, let completionHandler {
+        if let completionHandler {
             if let callBackQueue {
                 callBackQueue.addOperation(DeliveryOperation { completionHandler(result) })
             } else {

@@ -16,47 +16,76 @@ extension CoalescibleOperation {
         /// Runs `work`, held by `engine`.
         case runs(Engine<OperationKey>, Work<OperationKey, Value>)
         /// Joined `work` as the caller in `slot`: it never runs, and finishes when it hears.
-        case rides(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
+        case joined(Engine<OperationKey>, Work<OperationKey, Value>, slot: Int)
         /// Ran work whose result was decided: only Foundation still hears of a `cancel()`.
         case ended
     }
 
+    /// What taking an operation found.
+    @usableFromInline enum Taking {
+        /// Taken to join work: its completion handler stays with it until it hears.
+        case joins
+        /// Taken to run work: `own` is its completion handler, if any, handed to the work as its
+        /// caller and no longer held by the operation.
+        case runs(own: Handler?)
+        /// Not fresh, and on no queue, so handed to the manager's queue now (admission only): it
+        /// `runs` work of its own, or was decided before it was enqueued.
+        case unqueued(runs: Bool)
+        /// Not fresh: nobody may take it. `work` is the work it runs or joined in this engine, if
+        /// any (admission only).
+        case refused(Work<OperationKey, Value>?)
+    }
+
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
     /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
-    /// its queue (`queued`); work joined by hand leaves it to be enqueued. Under the engine's lock;
-    /// an operation's locks are only ever taken inside it.
+    /// its queue (`queued`); work joined by hand leaves it to be enqueued. A manager `admitting`
+    /// an operation that is not fresh also hands it to its queue if it is on none. Under the
+    /// engine's lock; an operation's lock is only ever taken inside it.
     @inlinable final func take(
-        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true
-    ) -> Bool {
-        link.withLock { link in
-            guard case .fresh = link else { return false }
-            // Looked at and claimed in one turn of the lifecycle's lock.
-            let claimed = lifecycle.withLock { lifecycle in
-                guard case .idle(onQueue: false) = lifecycle else { return false }
+        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true,
+        admitting: Bool = false
+    ) -> Taking {
+        // Looked at and claimed in one turn of the operation's lock.
+        lifecycle.withLock { lifecycle -> Taking in
+            if case .fresh = link, case .idle(onQueue: false) = lifecycle {
                 lifecycle = .idle(onQueue: queued)
-                return true
+                if let slot {
+                    link = .joined(engine, work, slot: slot)
+                    return .joins
+                }
+                link = .runs(engine, work)
+                return .runs(own: takeCompletionHandler())
             }
-            if claimed { link = slot.map { .rides(engine, work, slot: $0) } ?? .runs(engine, work) }
-            return claimed
+            guard admitting else { return .refused(nil) }
+            let claimed = lifecycle.claimForQueue()
+            if let runs = claimed { return .unqueued(runs: runs) }
+            switch link {
+            case .runs(let owner, let work), .joined(let owner, let work, _):
+                return .refused(owner === engine ? work : nil)
+            case .fresh, .alone, .ended: return .refused(nil)
+            }
         }
     }
 
-    /// The operation joined work and has heard: it finishes, and lets go of the work.
-    @usableFromInline final func finishJoined() {
-        unlink()
-        finishWithoutRunning()
+    /// The operation joined work and has heard: it lets go of the work and finishes without
+    /// running, once, and returns its completion handler, let go of too, to call with what it heard.
+    @inlinable final func finishJoined() -> Handler? {
+        // The handler comes out through a local, not the lock's generic result: returned through
+        // it, it was wrapped in two reabstraction thunks, two allocations per joined operation.
+        var handler: Handler?
+        let finished = lifecycle.withLock { lifecycle in
+            link = .ended
+            handler = takeCompletionHandler()
+            return lifecycle == .finished
+        }
+        guard !finished else { return handler }
+        releaseDependencies()
+        postingChanges(to: ["isFinished"]) { lifecycle.withLock { $0 = .finished } }
+        return handler
     }
 
     /// Its work's result was decided: its `cancel()` no longer goes to the engine.
-    @usableFromInline final func unlink() { link.withLock { $0 = .ended } }
-
-    /// The work this operation runs or rides on in `engine`, if any.
-    @usableFromInline final func work(in engine: Engine<OperationKey>) -> Work<OperationKey, Value>? {
-        switch link.withLock({ $0 }) {
-        case .runs(let owner, let work), .rides(let owner, let work, _): owner === engine ? work : nil
-        case .fresh, .alone, .ended: nil
-        }
-    }
+    @usableFromInline final func unlink() { lifecycle.withLock { _ in link = .ended } }
 
     /// Writes the priority the work's callers ask for; see ``Engine/applyPriority(of:)``.
     final func write(_ priority: OperationPriority) {

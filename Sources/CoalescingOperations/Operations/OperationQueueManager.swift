@@ -31,13 +31,15 @@ public final class OperationQueueManager: Sendable {
     /// queue. See ``Engine``.
     @usableFromInline let engine: Engine<OperationKey>
 
-    /// Receives the manager's events; see ``init(queue:observer:stallThreshold:)``.
+    /// Receives the manager's events; see ``init(queue:observer:stallThreshold:clock:)``.
     public typealias Observer = @Sendable (CoalescingEvent<String>) -> Void
 
     /// Creates a manager that runs its work on `queue`.
     ///
     /// The stall threshold is a development aid for work that never calls `finish(result:)`: see
     /// <doc:WhenCallersNeverHearBack>.
+    ///
+    /// Its time runs on `clock`, which a test can advance by hand: see <doc:TestingWithAClock>.
     ///
     /// - Parameters:
     ///   - queue: The queue to add operations to. Defaults to a new concurrent queue.
@@ -52,14 +54,20 @@ public final class OperationQueueManager: Sendable {
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS` (a number of seconds; any
     ///     other value is ignored, with a line on standard error), or none. A threshold of about
     ///     292 years or more never passes.
-    public init(queue: OperationQueue = OperationQueue(), observer: Observer? = nil, stallThreshold: Duration? = nil) {
+    ///   - clock: The clock that callers' timeouts and the stall threshold are measured on. The
+    ///     default, the continuous clock, is the wall's; a test passes a clock it advances by hand,
+    ///     so that a 30-second timeout passes in no time.
+    public init<C: Clock>(
+        queue: OperationQueue = OperationQueue(), observer: Observer? = nil, stallThreshold: Duration? = nil,
+        clock: C = ContinuousClock()
+    ) where C.Duration == Duration {
         self.queue = queue
         let forward = observer.map { observer in
             { @Sendable (event: CoalescingEvent<OperationKey>) in observer(event.map(\.identifier)) }
         }
         engine = Engine(
-            observer: forward,
-            stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
+            observer: forward, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            clock: EngineClock(clock))
     }
 
     /// What the manager has done since it was created: work started and how it ended, callers who
@@ -240,8 +248,10 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         // Read before arriving: an escalation between arriving and waiting is then not missed.
         let arrivedAt = Task.currentPriority
+        // The task's own priority counts, as the matching quality of service (Guarantee 19).
         let newcomer = Newcomer<Value>(
-            .arriving(consumes: false), sink: progress.map { ProgressSink(queue: nil, onProgress: $0) })
+            .arriving(consumes: false), urgency: Urgency(serviceOf: arrivedAt),
+            sink: progress.map { ProgressSink(queue: nil, onProgress: $0) }, ownsOperation: true)
         let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
@@ -282,8 +292,12 @@ public final class OperationQueueManager: Sendable {
         try Task.checkCancellation()
         // Read before arriving: an escalation between arriving and waiting is then not missed.
         let arrivedAt = Task.currentPriority
+        // The task's own priority counts, as the matching quality of service, beside what it asks
+        // for (Guarantee 19).
+        var urgency = Urgency(serviceOf: arrivedAt)
+        if let priority { urgency = urgency.raised(to: Urgency(priority)) }
         let handle = arrive(
-            identifier, Caller<Value>.arriving(consumes: false), priority.map(Urgency.init),
+            identifier, Caller<Value>.arriving(consumes: false), urgency,
             progress.map { ProgressSink(queue: nil, onProgress: $0) }, timeout, makeOperation)
         guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
         return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
@@ -334,24 +348,25 @@ public final class OperationQueueManager: Sendable {
         @usableFromInline let caller: Caller<Value>
         @usableFromInline let urgency: Urgency?
         @usableFromInline let sink: ProgressSink?
-
-        @inlinable init(_ caller: Caller<Value>, urgency: Urgency? = nil, sink: ProgressSink? = nil) {
-            (self.caller, self.urgency, self.sink) = (caller, urgency, sink)
-        }
-    }
-
-    /// What admitting an operation decided.
-    @usableFromInline struct Admitted<Value: Sendable> {
-        @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
-        /// The work the caller started or joined here, and its slot there.
-        @usableFromInline var entry: Engine<OperationKey>.Entry<Value>?
-        /// Whether the operation must be added to the queue.
-        @usableFromInline var queued = false
+        /// Whether the operation is the newcomer's own (`value(of:)`), whose priority it brings
+        /// along, rather than one built for it.
+        @usableFromInline let ownsOperation: Bool
 
         @inlinable init(
-            _ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Engine<OperationKey>.Entry<Value>? = nil
+            _ caller: Caller<Value>, urgency: Urgency? = nil, sink: ProgressSink? = nil, ownsOperation: Bool = false
         ) {
-            (self.admission, self.entry) = (admission, entry)
+            self.caller = caller
+            self.urgency = urgency
+            self.sink = sink
+            self.ownsOperation = ownsOperation
+        }
+
+        /// What it asks for beside an operation that joined other work, or that runs work it had
+        /// joined before: its own urgency, raised to the operation's when the operation is its own;
+        /// the operation's when it asks for none (Guarantee 19).
+        @inlinable func asking(beside operation: Urgency) -> Urgency {
+            guard let urgency else { return operation }
+            return ownsOperation ? urgency.raised(to: operation) : urgency
         }
     }
 
@@ -369,8 +384,10 @@ public final class OperationQueueManager: Sendable {
         }
         let operation = makeOperation()
         let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
-        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: sink)
-        if handle.work == nil, case .handler = caller { caller.tell(.failure(CoalescingError.cancelled)) }
+        let admitted = engine.admit(operation, then: newcomer)
+        let refused = admitted.refusesNewcomer
+        let handle = launched(operation, admitted, timeout: timeout, sink: sink)
+        if refused { caller.tell(.failure(CoalescingError.cancelled)) }
         return handle
     }
 

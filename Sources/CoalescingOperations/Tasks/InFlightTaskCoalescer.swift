@@ -33,12 +33,14 @@
 ///   6.2 runtimes and later). Task priorities can only rise: a caller withdrawing never lowers it.
 /// - Waiting costs no thread: callers suspend on continuations. Joining takes a lock on the
 ///   caller's own thread, with no hop onto an actor.
-/// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:stallThreshold:)``
+/// - ``statistics`` counts what the coalescer did, and the observer given to ``init(observer:stallThreshold:clock:)``
 ///   sees every step as a ``CoalescingEvent``.
 public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     @usableFromInline let engine: Engine<Key>
 
     /// Creates a coalescer with nothing in flight.
+    ///
+    /// Its time runs on `clock`, which a test can advance by hand: see <doc:TestingWithAClock>.
     ///
     /// - Parameters:
     ///   - observer: Receives one ``CoalescingEvent`` per step in the life of the work: started,
@@ -51,8 +53,15 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
     ///     wait for it, once, as ``CoalescingEvent/workStalled(key:work:callers:elapsed:)`` to the
     ///     observer, or as a line on standard error when there is none. Defaults to the
     ///     environment variable `COALESCING_STALL_THRESHOLD_SECONDS`, or none.
-    public init(observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil) {
-        engine = Engine(observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold)
+    ///   - clock: The clock that callers' timeouts and the stall threshold are measured on. The
+    ///     default, the continuous clock, is the wall's; a test passes a clock it advances by hand.
+    public init<C: Clock>(
+        observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil, stallThreshold: Duration? = nil,
+        clock: C = ContinuousClock()
+    ) where C.Duration == Duration {
+        engine = Engine(
+            observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
+            clock: EngineClock(clock))
     }
 
     /// Returns the result of the work in flight for `key`, starting `operation` if there is none.

@@ -24,8 +24,8 @@
 /// - A prefetch that joins other work in flight makes that work a prefetch. The result is stored
 ///   whichever prefetchers withdraw, as long as the work ends with a value.
 /// - `value` never stores its own result: coalescing is not caching.
-/// - A stored result expires `prefetchTimeout` after it arrived, and is released at the next call
-///   to the coalescer.
+/// - A stored result expires `prefetchTimeout` after it arrived, on the coalescer's clock: no
+///   consumer takes it afterwards, and it is released then.
 /// - ``cancel(key:)`` cancels the work in flight and drops the stored result; ``forget(key:)``
 ///   drops the stored result and lets the next caller start new work, while the callers already
 ///   waiting keep waiting for the old work. A prefetch cancelled or forgotten while it runs never
@@ -40,21 +40,26 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
 
     /// Creates a coalescer whose prefetched results expire after `prefetchTimeout`.
     ///
+    /// Its time runs on `clock`, which a test can advance by hand: see <doc:TestingWithAClock>.
+    ///
     /// - Parameters:
     ///   - prefetchTimeout: How long a prefetched result waits for its consumer. Match it to the
     ///     flow: seconds for a splash screen, a minute for an onboarding flow.
     ///   - observer: Receives one ``CoalescingEvent`` per step in the life of the work, as for
-    ///     ``InFlightTaskCoalescer/init(observer:stallThreshold:)``: on the thread that made the
+    ///     ``InFlightTaskCoalescer/init(observer:stallThreshold:clock:)``: on the thread that made the
     ///     change, in order, with no lock held. Keep it quick.
-    ///   - stallThreshold: Reports work stalled as ``InFlightTaskCoalescer/init(observer:stallThreshold:)``
+    ///   - stallThreshold: Reports work stalled as ``InFlightTaskCoalescer/init(observer:stallThreshold:clock:)``
     ///     describes.
-    public init(
+    ///   - clock: The clock that timeouts, the stall threshold and `prefetchTimeout` are measured
+    ///     on. The default, the continuous clock, is the wall's; a test passes a clock it advances
+    ///     by hand, so that a stored result expires when the test says.
+    public init<C: Clock>(
         prefetchTimeout: Duration, observer: (@Sendable (CoalescingEvent<Key>) -> Void)? = nil,
-        stallThreshold: Duration? = nil
-    ) {
+        stallThreshold: Duration? = nil, clock: C = ContinuousClock()
+    ) where C.Duration == Duration {
         engine = Engine(
             observer: observer, stallThreshold: stallThreshold ?? Controls.environmentStallThreshold,
-            prefetchTimeout: prefetchTimeout)
+            prefetchTimeout: prefetchTimeout, clock: EngineClock(clock))
     }
 
     /// Returns the prefetched result for `key` if one is waiting, or the result of the work in
