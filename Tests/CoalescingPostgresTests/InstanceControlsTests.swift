@@ -83,11 +83,13 @@ final class InstanceControlsTests: XCTestCase {
         let first = try runningCoalescer(self, configuration: configuration)
         let second = try runningCoalescer(self, configuration: configuration)
         let firstValue = try await first.value(key: "k") { "first" }
-        // The first run's callers have their result before it is published: wait for the row.
+        // The first run's callers have their result before it is published and its lock released:
+        // wait for the release, which comes after the publication.
         try await Database.withConnection { connection in
-            await waitUntil("the first run's result is published") {
+            await waitUntil("the first run's lock is released") {
                 (try? await Database.integer(
-                    "SELECT count(*)::bigint FROM \(unescaped: "\"\(configuration.table)\"")", on: connection)) == 1
+                    "SELECT count(*)::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted", on: connection))
+                    == 0
             }
         }
         let secondValue = try await second.value(key: "k") { "second" }
