@@ -33,73 +33,88 @@ struct DatabaseStep: Sendable {
     ///   - freshOnly: Accept only a run that started after this step arrived: the step of a caller
     ///     registered after ``PostgresCoalescer/forget(key:)``.
     ///   - operation: The work, run here if this step takes the lock and hears no result.
-    /// - Returns: The value, from here or from another process; with whether it came from a run
-    ///   that started after this step arrived.
+    /// - Returns: The value, from here or from another process.
     /// - Throws: The work's error, a ``CoalescingPostgresError``, or `CancellationError`.
     func run<Value: Codable & Sendable>(
         key: String, freshOnly: Bool, operation: @Sendable () async throws -> Value
     ) async throws -> Value {
-        let arrived = ContinuousClock.now
         let lock = LockKey(table: configuration.table, key: key).value
-        let registration = session.register(lock)
-        defer { session.unregister(registration) }
-        var wakes = registration.wakes.makeAsyncIterator()
-        var after: Int64?
-        var attempted: UInt64?
-        var mustAsk = true
+        let found: Found<Value>
         do {
-            while true {
-                let news = session.news(for: registration)
-                if let result = news.result, freshOnly ? (after.map { result.started > $0 } ?? false) : true {
-                    if let inline = result.inline, inline.key == Publication.hex(key) {
-                        return try decoded(Data(inline.json.utf8), key: key, since: arrived)
-                    }
-                    if let value: Value = try await served(
-                        key: key, result: result, after: freshOnly ? after : nil, since: arrived)
-                    {
-                        return value
-                    }
-                    session.discardResult(of: registration)
-                    mustAsk = true
-                }
-                if let release = news.release, let attempted, release.position > attempted { mustAsk = true }
-                if mustAsk {
-                    let answer: Session.LockAnswer
-                    do {
-                        // Twice the session's own bound, so that a session that cannot connect says why first.
-                        answer = try await session.tryLock(lock, key: key, within: configuration.connectTimeout * 2)
-                    } catch is SessionLost {
-                        continue
-                    }
-                    if after == nil { after = answer.sequence }
-                    let heard = session.news(for: registration)
-                    let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
-                    if answer.acquired, !freshResult {
-                        // A take-over replaces a run that ended without a result: its leader died,
-                        // lost its session or gave up. A run after a result published before this
-                        // step arrived is only the next run.
-                        let tookOver = attempted != nil && heard.release?.published != true
-                        return try await lead(
-                            key: key, lock: lock, answer: answer, tookOver: tookOver, operation: operation)
-                    }
-                    if answer.acquired { session.unlock(lock, .published, generation: answer.generation) }
-                    if attempted == nil, !freshResult { recorder.record(.waitingForAnotherProcess(key: key)) { _ in } }
-                    attempted = answer.position
-                    mustAsk = false
-                    if freshResult { continue }
-                }
-                switch await wakes.next() {
-                case .news?: break
-                case .tick?, .lost?: mustAsk = true
-                case nil: throw CancellationError()
-                }
-            }
+            found = try await find(key: key, lock: lock, freshOnly: freshOnly)
         } catch let error as CoalescingPostgresError where error.isUnavailable {
             try Task.checkCancellation()
             return try await unavailable(key: key, error: error, operation: operation)
         } catch let error as CoalescingPostgresError {
             if case .databaseError = error { recorder.databaseError(key: key, error: error) }
             throw error
+        }
+        // Outside the `do` above: the work's own errors are its callers' answer, whatever they are.
+        switch found {
+        case .served(let value): return value
+        case .lead(let answer, let tookOver):
+            return try await lead(key: key, lock: lock, answer: answer, tookOver: tookOver, operation: operation)
+        }
+    }
+
+    /// What a step finds: another process's value, or the key's lock, to run the work.
+    private enum Found<Value> {
+        case served(Value)
+        case lead(Session.LockAnswer, tookOver: Bool)
+    }
+
+    /// Registers the step, then asks for the lock and waits for news until it has a value or the lock.
+    private func find<Value: Decodable>(key: String, lock: Int64, freshOnly: Bool) async throws -> Found<Value> {
+        let arrived = ContinuousClock.now
+        let registration = session.register(lock)
+        defer { session.unregister(registration) }
+        var wakes = registration.wakes.makeAsyncIterator()
+        var after: Int64?
+        var attempted: UInt64?
+        var mustAsk = true
+        while true {
+            let news = session.news(for: registration)
+            if let result = news.result, freshOnly ? (after.map { result.started > $0 } ?? false) : true {
+                if let inline = result.inline, inline.key == Publication.hex(key) {
+                    return .served(try decoded(Data(inline.json.utf8), key: key, since: arrived))
+                }
+                if let value: Value = try await served(
+                    key: key, result: result, after: freshOnly ? after : nil, since: arrived)
+                {
+                    return .served(value)
+                }
+                session.discardResult(of: registration)
+                mustAsk = true
+            }
+            if let release = news.release, let attempted, release.position > attempted { mustAsk = true }
+            if mustAsk {
+                let answer: Session.LockAnswer
+                do {
+                    // Twice the session's own bound, so that a session that cannot connect says why first.
+                    answer = try await session.tryLock(lock, key: key, within: configuration.connectTimeout * 2)
+                } catch is SessionLost {
+                    continue
+                }
+                if after == nil { after = answer.sequence }
+                let heard = session.news(for: registration)
+                let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
+                if answer.acquired, !freshResult {
+                    // A take-over replaces a run that ended without a result: its leader died,
+                    // lost its session or gave up. A run after a result published before this
+                    // step arrived is only the next run.
+                    return .lead(answer, tookOver: attempted != nil && heard.release?.published != true)
+                }
+                if answer.acquired { session.unlock(lock, .published, generation: answer.generation) }
+                if attempted == nil, !freshResult { recorder.record(.waitingForAnotherProcess(key: key)) { _ in } }
+                attempted = answer.position
+                mustAsk = false
+                if freshResult { continue }
+            }
+            switch await wakes.next() {
+            case .news?: break
+            case .tick?, .lost?: mustAsk = true
+            case nil: throw CancellationError()
+            }
         }
     }
 
