@@ -117,10 +117,15 @@ extension Machine where Key == OperationKey {
         _ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
         claim: (Int) -> CoalescibleOperation<Value>.Taking
     ) -> Entry<OperationKey, Value>? {
-        guard case .running = work.phase, !work.priority.isFrozen else { return nil }
-        guard case .joins = claim(work.callers.entries.count) else { return nil }
-        let joined = join(work, .operation(rider), asking: urgency)
-        return Entry(work, joined)
+        switch work.state.phase {
+        case .running where !work.state.priority.isFrozen:
+            let taking = claim(work.state.callers.entries.count)
+            guard case .joins = taking else { return nil }
+            let joined = join(work, .operation(rider), asking: urgency)
+            return Entry(work, joined)
+        case .running, .deciding, .stored, .ended:
+            return nil
+        }
     }
 
     /// Event: `work`, of an operation that others join by hand, is adopted by an engine of its own
@@ -128,7 +133,6 @@ extension Machine where Key == OperationKey {
     mutating func adopt<Value>(
         _ work: Work<OperationKey, Value>, own: ConcurrentOperation<Value>.Handler?, on queue: OperationQueue?
     ) {
-        work.isIndexed = false
         if let own { _ = join(work, .handler(own, queue: queue), asking: nil) }
     }
 }

@@ -14,17 +14,22 @@ extension Machine {
         policy: AbandonedWorkPolicy, watching sink: ProgressSink?, at now: Duration?
     ) -> Arrival<Key, Value> {
         if role != .plain, nextExpiry != nil, let now {
-            if role == .consumer, let value = takeStored(key, as: Value.self, at: now) { return .taken(value) }
-            if role == .prefetcher, hasStored(key, at: now) { return .alreadyStored }
+            releaseExpired(at: now)
+            let entry = index[key].map { unsafeDowncast($0, to: Work<Key, Value>.self) }
+            if let entry, case .stored(let value, _) = entry.state.phase {
+                guard role == .consumer else { return .alreadyStored }
+                take(storedIn: entry)
+                return .taken(value)
+            }
         }
         let caller = Caller<Value>.arriving(consumes: role == .consumer)
         if let work = inFlight(key, as: Value.self) {
-            if role == .prefetcher { work.isPrefetch = true }
+            if role == .prefetcher { work.state.isPrefetch = true }
             let joined = join(work, caller, asking: Urgency(priority), watching: sink)
             return .joins(work, joined)
         }
-        let work = Work<Key, Value>(key: key, runner: .unstarted, policy: policy, floor: Urgency(start), startedAt: now)
-        work.isPrefetch = role == .prefetcher
+        let work: Work<Key, Value> = newWork(key, runner: .unstarted, policy: policy, floor: Urgency(start), at: now)
+        work.state.isPrefetch = role == .prefetcher
         self.start(work)
         let joined = join(work, caller, asking: nil, watching: sink)
         return .starts(work, joined)
@@ -32,7 +37,7 @@ extension Machine {
 
     /// Event: the task that runs `work` was created, in the step its work started.
     @inlinable mutating func assign<Value>(_ task: Task<Void, Never>, to work: Work<Key, Value>) {
-        work.runner = .task(task)
+        work.state.runner = .task(task)
     }
 }
 
@@ -55,14 +60,13 @@ extension Machine where Key == OperationKey {
         var admitted = Admitted<Value>()
         let taking: CoalescibleOperation<Value>.Taking
         if let work = inFlight(key, as: Value.self) {
-            taking = claim(work, work.callers.entries.count)
+            taking = claim(work, work.state.callers.entries.count)
             if case .joins = taking {
                 let joined = join(work, .operation(operation), asking: urgency, watching: sink)
                 admitted = Admitted(.joinedWork, Entry(work, joined))
             }
         } else {
-            let work = Work<OperationKey, Value>(
-                key: key, runner: .operation(operation), policy: policy, floor: urgency, startedAt: now)
+            let work = newWork(key, runner: .operation(operation), policy: policy, floor: urgency, at: now)
             taking = claim(work, nil)
             if case .runs(let own) = taking {
                 start(work)
@@ -82,7 +86,7 @@ extension Machine where Key == OperationKey {
             admitted.admission = runs ? .startedWork : .ignored
             admitted.queued = true
         case .refused(let work?) where newcomer != nil:
-            if case .running = work.phase { admitted = Admitted(.joinedWork, Entry(work, nil)) }
+            if case .running = work.state.phase { admitted = Admitted(.joinedWork, Entry(work, nil)) }
         case .refused:
             break
         }

@@ -136,15 +136,19 @@ import Foundation
     @usableFromInline func withdraw<Value>(
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) {
-        let withdrawn = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
-        if let decided = withdrawn.decided { stop(decided) }
-        if let (caller, heard) = withdrawn.told { caller.tell(heard) }
-        if let decided = withdrawn.decided {
-            announceEnd(work, decided, with: .failure(CoalescingError.cancelled))
-        } else {
+        let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
+        switch withdrawal {
+        case .late:
+            break
+        case .left(let told, let reprioritizes):
+            told?.caller.tell(told!.result)
             deliverEvents()
+            if reprioritizes { applyPriority(of: work) }
+        case .abandoned(let decided, let told):
+            stop(decided)
+            told?.caller.tell(told!.result)
+            announceEnd(work, decided, with: .failure(CoalescingError.cancelled))
         }
-        if withdrawn.reprioritizes { applyPriority(of: work) }
     }
 
     /// Ends `work` with `result`, stopping it first if `stopping`; nothing if its result was
@@ -208,22 +212,24 @@ import Foundation
     /// Cancels the work under every key that `matches`, forgotten work included when
     /// `includingForgotten`, and drops stored results; returns whether there was any.
     func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Bool {
-        let (works, found) = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
-        for work in works { work.cancel(in: self) }
+        let cancelled = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
+        for work in cancelled.works { work.cancel(in: self) }
         deliverEvents()
-        return found
+        return cancelled.found == .some
     }
 
     /// Forgets the work in flight under every key that `matches`; returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        state.withLock { $0.forget(where: matches) }
+        let found = state.withLock { $0.forget(where: matches) }
+        return found == .some
     }
 
     // MARK: Progress
 
     /// The work reports `progress`: every caller that asked for it hears, one call at a time.
     @usableFromInline func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>) {
-        for (slot, sink) in state.withLock({ $0.report(progress, for: work) }) {
+        let reported = state.withLock { $0.report(progress, for: work) }
+        for (slot, sink) in reported.starting {
             deliverCalls(to: slot, of: work, via: sink)
         }
     }
@@ -241,7 +247,8 @@ import Foundation
 
     private func makeCalls<Value>(to slot: Int, of work: Work<Key, Value>) {
         while true {
-            switch state.withLock({ $0.nextCall(work, slot: slot) }) {
+            let next = state.withLock { $0.nextCall(work, slot: slot) }
+            switch next {
             case .progress(let progress, let sink): sink.onProgress(progress)
             case .last(let caller, let result): return caller.tell(result)
             case .none: return
@@ -279,8 +286,10 @@ import Foundation
     @inlinable func park<Value>(in work: Work<Key, Value>, slot: Int) async throws -> Value {
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, Error>) in
-                if let result = state.withLock({ $0.park(work, continuation, in: slot) }) {
-                    continuation.resume(with: result)
+                let parking = state.withLock { $0.park(work, continuation, in: slot) }
+                switch parking {
+                case .waits: break
+                case .resumes(let result): continuation.resume(with: result)
                 }
             }
         } onCancel: {
@@ -292,17 +301,20 @@ import Foundation
 
     /// Changes the urgency the caller in `slot` asks for; nothing once it has left (Guarantee 19).
     @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?) {
-        if state.withLock({ $0.reprioritize(work, slot: slot, to: urgency) }) { applyPriority(of: work) }
+        let action = state.withLock { $0.reprioritize(work, slot: slot, to: urgency) }
+        if action == .write { applyPriority(of: work) }
     }
 
     /// A waiting task caller was escalated to `priority`.
     @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
-        if state.withLock({ $0.escalate(work, slot: slot, to: priority) }) { applyPriority(of: work) }
+        let action = state.withLock { $0.escalate(work, slot: slot, to: priority) }
+        if action == .write { applyPriority(of: work) }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
-    func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) {
-        if state.withLock({ $0.setFloor(of: work, change) }) { applyPriority(of: work) }
+    func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) {
+        let action = state.withLock { $0.setFloor(of: work, change) }
+        if action == .write { applyPriority(of: work) }
     }
 
     /// Writes the work's priority to whatever runs it until it matches what its callers ask.
@@ -310,21 +322,34 @@ import Foundation
     /// One thread writes at a time; the others only change the target, which the writer picks
     /// up before it lets go. An operation's start waits for a write in progress, so that nothing
     /// changes the priority once the work has started.
-    @usableFromInline func applyPriority(of work: AnyWork<Key>) {
+    @usableFromInline func applyPriority<Value>(of work: Work<Key, Value>) {
         let writer = DispatchGroup()
-        guard state.withLock({ $0.claimWriting(work, writer) }) else { return }
-        writer.enter()
-        while let priority = state.withLock({ $0.nextPriority(of: work) }) { work.write(priority) }
+        let claim = state.withLock { $0.claimWriting(work, writer) }
+        switch claim {
+        case .declined: return
+        case .writes: writer.enter()
+        }
+        while true {
+            let next = state.withLock { $0.nextPriority(of: work) }
+            guard case .write(let priority, let runner) = next else { break }
+            runner.prioritize(priority)
+        }
         writer.leave()
         deliverEvents()
     }
 
     /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
     /// progress; returns whether the work is still in flight, so that its operation runs.
-    func begin(_ work: AnyWork<Key>) -> Bool {
-        let (running, writer) = state.withLock { $0.begin(work) }
-        writer?.wait()
-        return running
+    func begin<Value>(_ work: Work<Key, Value>) -> Bool {
+        let begun = state.withLock { $0.begin(work) }
+        switch begun {
+        case .runs(let writer):
+            writer?.wait()
+            return true
+        case .skips(let writer):
+            writer?.wait()
+            return false
+        }
     }
 
     // MARK: Timers
@@ -350,12 +375,12 @@ import Foundation
     }
 
     /// Reports `work`, once, if it is still in flight with callers after the stall threshold.
-    @usableFromInline func watchForStall(_ work: AnyWork<Key>) {
+    @usableFromInline func watchForStall<Value>(_ work: Work<Key, Value>) {
         guard let threshold = stallThreshold else { return }
         clock.schedule(threshold) { [weak self, weak work] in
             guard let self, let work else { return }
-            let callers = state.withLock { $0.stalled(work, after: threshold) }
-            guard callers > 0 else { return }
+            let stall = state.withLock { $0.stalled(work, after: threshold) }
+            guard case .reported(let callers) = stall else { return }
             if observer == nil {
                 Controls.warn(
                     "work \"\(work.key)\" has been in flight for \(threshold) with \(callers) caller(s) waiting; "
@@ -440,7 +465,8 @@ extension Engine where Key == OperationKey {
     static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
         let engine = Engine(observer: nil, stallThreshold: nil, clock: EngineClock(ContinuousClock()))
         let work = Work<OperationKey, Value>(
-            key: OperationKey(identifier: operation.identifier, valueType: Value.self), runner: .operation(operation),
+            key: OperationKey(identifier: operation.identifier, valueType: Value.self), number: 0,
+            runner: .operation(operation),
             policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
         return engine.state.withLock { machine in
             guard case .runs(let own) = operation.take(work, of: engine, slot: nil, queued: false) else { return nil }

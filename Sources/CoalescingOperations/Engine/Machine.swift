@@ -44,34 +44,52 @@ import Foundation
     @inlinable func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
         // Every work under a key has the key's `Value` type: the operations' keys include it, and
         // a task coalescer has one.
-        guard let work = index[key], case .running = work.phase else { return nil }
-        return unsafeDowncast(work, to: Work<Key, Value>.self)
+        guard let entry = index[key] else { return nil }
+        let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
+        switch work.state.phase {
+        case .running: return work
+        case .stored: return nil
+        case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
+        }
     }
 
-    /// Event: new work starts under its key.
+    /// New work under `key`, numbered as the next to start; nothing knows of it until ``start(_:)``.
+    @inlinable func newWork<Value>(
+        _ key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, at now: Duration?
+    ) -> Work<Key, Value> {
+        Work(
+            key: key, number: statistics.workStarted + 1, runner: runner, policy: policy, floor: floor, startedAt: now)
+    }
+
+    /// The step of an arrival that starts new work: it is indexed under its key, counted, recorded.
     @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
         index[work.key] = work
-        work.number = statistics.countStart()
+        let number = statistics.countStart()
+        precondition(number == work.number, "Machine: work \(work.number) started as number \(number)")
         record(.workStarted(key: work.key, work: work.number))
     }
 
-    /// Event: a caller arrives at work in flight. The first to arrive started it, every later one
-    /// joins it. Only a caller counts, and only a caller's urgency moves the work (Guarantee 19).
+    /// The step of every arrival that puts a caller in a work in flight. The first to arrive
+    /// started it, every later one joins it. Only a caller counts, and only a caller's urgency
+    /// moves the work (Guarantee 19).
     @inlinable mutating func join<Value>(
         _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink? = nil
     ) -> Joined {
-        let slot = work.callers.add(caller)
+        let slot = work.state.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
         var joined = Joined(slot: slot)
-        if let urgency { joined.raised = work.priority.demand(urgency, from: slot) }
-        if let sink { joined.delivers = work.watch(sink, in: slot) }
-        if case .arriving = caller { work.unparked += 1 }
-        work.live += 1
-        statistics.countArrival(joining: work.arrivals > 0)
-        if work.arrivals > 0 { record(.callerJoined(key: work.key, work: work.number, callers: work.live)) }
-        work.arrivals += 1
+        if let urgency { joined.raised = work.state.priority.demand(urgency, from: slot) }
+        if let sink { joined.delivers = work.state.watch(sink, in: slot) }
+        if case .arriving = caller { work.state.callers.unparked += 1 }
+        work.state.callers.live += 1
+        let joining = work.state.callers.arrivals > 0
+        statistics.countArrival(joining: joining)
+        if joining { record(.callerJoined(key: work.key, work: work.number, callers: work.state.callers.live)) }
+        work.state.callers.arrivals += 1
         return joined
     }
+
+    // MARK: Leaving
 
     /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
     /// operation finished by hand) `result`. Nil `slot` stands for the operation that started the
@@ -79,61 +97,68 @@ import Foundation
     /// caller leaves, the work follows its ``AbandonedWorkPolicy``.
     @usableFromInline mutating func withdraw<Value>(
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
-    ) -> Withdrawn<Value> {
-        var action = Withdrawn<Value>()
-        switch work.phase {
+    ) -> Withdrawal<Value> {
+        switch work.state.phase {
         case .running:
             break
-        case .deciding, .ended, .stored:
+        case .deciding, .stored, .ended:
             // Late, and expected: the caller left (its timeout fired, its task or operation was
             // cancelled) as or after the result was decided, which is its last call (Guarantee 17).
-            return action
+            return .late
         }
+        var told: Owed<Value>?
+        var reprioritizes = false
         var waited = true
         if let slot {
-            guard work.callers.entries[slot].isOpen else { return action }
-            waited = work.callers.entries[slot].waits
+            let caller = work.state.callers.entries[slot]
+            // Late too: it heard, or is owed, its last call already.
+            guard caller.isOpen else { return .late }
+            waited = caller.waits
             if waited {
-                work.live -= 1
+                work.state.callers.live -= 1
                 statistics.countDeparture(reason)
                 record(.callerWithdrawn(key: work.key, work: work.number, reason: reason))
             }
-            action.reprioritizes = work.priority.release(slot)
+            reprioritizes = work.state.priority.release(slot)
             let heard = result ?? .failure(reason.error)
-            let told = work.conclude(slot, with: heard, droppingProgress: true)
-            if let told { action.told = (told, heard) }
+            let hearsNow = work.state.conclude(slot, with: heard, droppingProgress: true)
+            if let hearsNow { told = Owed(caller: hearsNow, result: heard) }
         }
-        if waited, work.live == 0, work.policy == .cancel {
-            action.decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
+        guard waited, work.state.callers.live == 0, work.policy == .cancel else {
+            return .left(told, reprioritizes: reprioritizes)
         }
-        return action
+        let decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
+        guard let decided else { preconditionFailure("Machine: work \(work.number) in flight was not decided") }
+        return .abandoned(decided, told)
     }
 
-    /// Event: the caller in `slot`, a task, parks its continuation. Returns the result to resume it
-    /// with at once, if it is owed one and no call to it is on its way. Inlinable: unspecialized, it
-    /// looked its types up at run time for every waiter.
+    /// Event: the caller in `slot`, a task, parks its continuation. It resumes at once if it is
+    /// owed its last call and no call to it is on its way. Inlinable: unspecialized, it looked its
+    /// types up at run time for every waiter.
     @inlinable mutating func park<Value>(
         _ work: Work<Key, Value>, _ continuation: UnsafeContinuation<Value, Error>, in slot: Int
-    ) -> Result<Value, Error>? {
-        switch work.callers.entries[slot] {
+    ) -> Parking<Value> {
+        switch work.state.callers.entries[slot] {
         case .arriving(let consumes):
-            work.unparked -= 1
-            work.callers.entries[slot] = .parked(continuation, consumes: consumes)
-            return nil
-        case .owed:
-            let result = work.owed[slot]!
-            if case .deciding = work.phase {
+            work.state.callers.unparked -= 1
+            work.state.callers.entries[slot] = .parked(continuation, consumes: consumes)
+            return .waits
+        case .owed(let result):
+            switch work.state.phase {
+            case .deciding:
                 // It hears at the settle, after the stop and the events (Guarantees 18 and 22);
                 // still counted as not parked, so that the settle looks at every slot.
-                work.callers.entries[slot] = .held(continuation)
-                return nil
+                work.state.callers.entries[slot] = .held(continuation, owed: result)
+                return .waits
+            case .running, .stored, .ended:
+                break
             }
-            work.unparked -= 1
-            work.owed[slot] = nil
-            work.callers.entries[slot] = .parked(continuation, consumes: false)
+            work.state.callers.unparked -= 1
+            work.state.callers.entries[slot] = .parked(continuation, consumes: false)
             // Heard now, unless a progress call is on its way: it then hears after that call.
-            let heardNow = work.conclude(slot, with: result, droppingProgress: true) != nil
-            return heardNow ? result : nil
+            let hearsNow = work.state.conclude(slot, with: result, droppingProgress: true)
+            guard hearsNow != nil else { return .waits }
+            return .resumes(result)
         case .handler, .operation, .parked, .held, .gone:
             preconditionFailure("Machine: slot \(slot) is no caller waiting to park")
         }
@@ -143,43 +168,45 @@ import Foundation
 
     /// Event: the work reports `progress`. Returns the slots whose delivery starts; the others have
     /// one on its way, which takes the latest value along (Guarantee 27).
-    @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>)
-        -> [(slot: Int, sink: ProgressSink)]
-    {
-        switch work.phase {
+    @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>) -> Reported {
+        var reported = Reported()
+        switch work.state.phase {
         case .running:
             break
-        case .deciding, .ended, .stored:
+        case .deciding, .stored, .ended:
             // Late, and expected: reported as the result was decided; nobody hears it (Guarantee 24).
-            return []
+            return reported
         }
-        work.progress = progress
-        var starting: [(slot: Int, sink: ProgressSink)] = []
-        for slot in work.calls.keys where work.callers.entries[slot].isOpen {
-            work.calls[slot]!.latest = progress
-            if !work.calls[slot]!.busy {
-                work.calls[slot]!.busy = true
-                starting.append((slot, work.calls[slot]!.sink))
+        work.state.progress = progress
+        for slot in work.state.calls.keys where work.state.callers.entries[slot].isOpen {
+            work.state.calls[slot]!.latest = progress
+            if !work.state.calls[slot]!.busy {
+                work.state.calls[slot]!.busy = true
+                reported.starting.append((slot, work.state.calls[slot]!.sink))
             }
         }
-        return starting
+        return reported
     }
 
     /// Event: a call to the caller in `slot` returned (or a delivery starts). Returns the next call
     /// to make: the latest progress, then the caller's last call, then nothing (Guarantee 24).
     @usableFromInline mutating func nextCall<Value>(_ work: Work<Key, Value>, slot: Int) -> NextCall<Value> {
-        guard var call = work.calls[slot] else { return .none }
+        guard var call = work.state.calls[slot] else { return .none }
         if let progress = call.latest {
             call.latest = nil
-            work.calls[slot] = call
+            work.state.calls[slot] = call
             return .progress(progress, call.sink)
         }
         if let last = call.last {
-            work.calls[slot] = nil
+            work.state.calls[slot] = nil
             return .last(last.caller, last.result)
         }
         call.busy = false
-        work.calls[slot] = work.callers.entries[slot].isOpen ? call : nil
+        if work.state.callers.entries[slot].isOpen {
+            work.state.calls[slot] = call
+        } else {
+            work.state.calls[slot] = nil
+        }
         return .none
     }
 
@@ -192,38 +219,37 @@ import Foundation
     @inlinable mutating func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool, at now: Duration? = nil
     ) -> Decided<Value>? {
-        switch work.phase {
+        switch work.state.phase {
         case .running:
             break
-        case .deciding, .ended, .stored:
+        case .deciding, .stored, .ended:
             // Late, and expected: finished as it was cancelled, or cancelled as it finished; the first
             // decision stands (Guarantee 2).
             return nil
         }
-        let runner = work.runner
-        work.phase = .deciding
         var stores = false
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
-        if work.isPrefetch, work.isIndexed, case .success(let value) = result, !work.callers.hasConsumer,
-            let timeout = prefetchTimeout, let now
+        if work.state.isPrefetch, case .success(let value) = result, let timeout = prefetchTimeout, let now,
+            index[work.key] === work, !work.state.callers.hasConsumer
         {
             let expiry = now + timeout
-            work.stored = value
-            work.phase = .stored(until: expiry)
+            work.state.phase = .stored(value, until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
             stores = true
         } else {
+            work.state.phase = .deciding
             unindex(work)
         }
         let outcome = WorkOutcome(result)
-        statistics.countEnd(outcome, served: work.live)
+        let served = work.state.callers.live
+        statistics.countEnd(outcome, served: served)
         let error: (any Error)? = if case .failure(let error) = result, outcome == .failed { error } else { nil }
         let duration = if let now, let startedAt = work.startedAt { now - startedAt } else { Duration.zero }
         record(
             .workEnded(
-                key: work.key, work: work.number, outcome: outcome, error: error, callersServed: work.live,
+                key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                 duration: duration))
-        return Decided(runner: runner, stopping: stopping, stores: stores)
+        return Decided(runner: work.state.runner, stopping: stopping, stores: stores)
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -232,9 +258,9 @@ import Foundation
     @inlinable mutating func settle<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Settled<Value>
     {
-        switch work.phase {
+        switch work.state.phase {
         case .deciding:
-            work.phase = .ended
+            work.state.phase = .ended
         case .stored, .ended:
             // Stored for a consumer, who may have taken it already: its callers are served all the same.
             break
@@ -242,34 +268,34 @@ import Foundation
             preconditionFailure("Machine: work \(work.number) was settled before its result was decided")
         }
         var settled = Settled<Value>()
-        guard work.unparked > 0 || !work.calls.isEmpty else {
+        guard work.state.callers.unparked > 0 || !work.state.calls.isEmpty else {
             // Every slot is a caller waiting or one that left: the list is served whole.
-            swap(&settled.callers, &work.callers)
+            swap(&settled.callers, &work.state.callers)
             return settled
         }
-        for slot in work.callers.entries.indices {
-            guard case .held(let continuation) = work.callers.entries[slot] else {
-                let caller = work.conclude(slot, with: result, droppingProgress: false)
+        for slot in work.state.callers.entries.indices {
+            guard case .held(let continuation, let own) = work.state.callers.entries[slot] else {
+                let caller = work.state.conclude(slot, with: result, droppingProgress: false)
                 if let caller { _ = settled.callers.add(caller) }
                 continue
             }
-            // Held while the work was deciding: it hears what it is owed (a held task always is).
-            guard let own = work.owed.removeValue(forKey: slot) else {
-                preconditionFailure("Machine: the task in slot \(slot) was held with nothing owed")
+            // Held while the work was deciding: it hears what it is owed.
+            work.state.callers.unparked -= 1
+            work.state.callers.entries[slot] = .parked(continuation, consumes: false)
+            let hearsNow = work.state.conclude(slot, with: own, droppingProgress: true)
+            if hearsNow != nil {
+                settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own))
             }
-            work.unparked -= 1
-            work.callers.entries[slot] = .parked(continuation, consumes: false)
-            let heardNow = work.conclude(slot, with: own, droppingProgress: true) != nil
-            if heardNow { settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own)) }
         }
         return settled
     }
 
+    /// Takes decided or forgotten work out of the index, if it still holds it, or out of the
+    /// forgotten work.
     @inlinable mutating func unindex(_ work: AnyWork<Key>) {
-        if work.isIndexed {
-            // One lookup, not two: hashing the key is most of what this costs.
-            if let entry = index.index(forKey: work.key), index.values[entry] === work { index.remove(at: entry) }
-            work.isIndexed = false
+        // One lookup, not two: hashing the key is most of what this costs.
+        if let entry = index.index(forKey: work.key), index.values[entry] === work {
+            index.remove(at: entry)
         } else {
             forgotten[ObjectIdentifier(work)] = nil
         }
@@ -278,137 +304,143 @@ import Foundation
     // MARK: Controls
 
     /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
-    /// stored for it is dropped. Returns whether there was any.
-    mutating func forget(where matches: (Key) -> Bool) -> Bool {
-        var found = false
+    /// stored for it is dropped.
+    mutating func forget(where matches: (Key) -> Bool) -> Found {
+        var found = Found.nothing
         for (key, work) in index where matches(key) {
             index[key] = nil
-            work.isIndexed = false
-            switch work.phase {
+            switch work.stage {
             case .running: forgotten[ObjectIdentifier(work)] = work
             case .stored: work.dropStored()
             case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
-            found = true
+            found = .some
         }
         return found
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
-    /// `includingForgotten`) and stored results are dropped. Returns the work to decide as cancelled,
-    /// and whether there was anything.
-    mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> (
-        works: [AnyWork<Key>], found: Bool
-    ) {
-        var works: [AnyWork<Key>] = []
-        var dropped = false
+    /// `includingForgotten`) and stored results are dropped.
+    mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> CancelledAll<Key> {
+        var cancelled = CancelledAll<Key>()
         for (key, work) in index where matches(key) {
-            switch work.phase {
+            switch work.stage {
             case .running:
-                works.append(work)
+                cancelled.works.append(work)
             case .stored:
                 index[key] = nil
-                work.isIndexed = false
                 work.dropStored()
-                dropped = true
+                cancelled.found = .some
             case .deciding, .ended:
                 preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
         }
-        if includingForgotten { works += forgotten.values }
-        return (works, !works.isEmpty || dropped)
+        if includingForgotten { cancelled.works += forgotten.values }
+        if !cancelled.works.isEmpty { cancelled.found = .some }
+        return cancelled
     }
 
-    /// Event: the stall threshold passed. Returns how many callers wait, recording the stall if any.
-    mutating func stalled(_ work: AnyWork<Key>, after threshold: Duration) -> Int {
-        guard case .running = work.phase, work.live > 0 else { return 0 }
-        record(.workStalled(key: work.key, work: work.number, callers: work.live, elapsed: threshold))
-        return work.live
+    /// Event: the stall threshold passed since `work` started.
+    mutating func stalled<Value>(_ work: Work<Key, Value>, after threshold: Duration) -> Stall {
+        switch work.state.phase {
+        case .running where work.state.callers.live > 0:
+            let callers = work.state.callers.live
+            record(.workStalled(key: work.key, work: work.number, callers: callers, elapsed: threshold))
+            return .reported(callers: callers)
+        case .running, .deciding, .stored, .ended:
+            // Nobody waits, or it ended in time.
+            return .quiet
+        }
     }
 
     // MARK: Priority
 
-    /// Event: the caller in `slot` asks for `urgency` instead. Returns whether the work must follow;
-    /// never for a caller that left, which took its urgency with it (Guarantee 19).
+    /// Event: the caller in `slot` asks for `urgency` instead; never for a caller that left, which
+    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil).
     @usableFromInline mutating func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?)
-        -> Bool
+        -> PriorityAction
     {
-        guard case .running = work.phase, let slot, work.callers.entries[slot].waits else { return false }
-        // Both, whatever the first returns: the old urgency goes, the new one comes.
-        let released = work.priority.release(slot)
-        var raised = false
-        if let urgency { raised = work.priority.demand(urgency, from: slot) }
-        return raised || released
-    }
-
-    /// Event: the waiting task in `slot` was escalated to `priority`. Returns whether the work must
-    /// follow; never for a caller that left.
-    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
-        guard case .running = work.phase, work.callers.entries[slot].waits else { return false }
-        return work.priority.escalate(slot, to: priority)
-    }
-
-    /// Event: a thread offers to write the work's priority; returns whether it is the one to: no
-    /// other thread is writing, and the work is in flight and has not started.
-    mutating func claimWriting(_ work: AnyWork<Key>, _ writer: DispatchGroup) -> Bool {
-        guard case .running = work.phase, work.priority.writer == nil, !work.priority.isFrozen else { return false }
-        work.priority.writer = writer
-        return true
-    }
-
-    /// Event: the writer asks what to write next; nil lets go of the right to write.
-    mutating func nextPriority(of work: AnyWork<Key>) -> Urgency? {
-        let next = work.priority.target
-        guard case .running = work.phase, !work.priority.isFrozen, next != work.priority.applied else {
-            work.priority.writer = nil
-            return nil
+        guard let slot else { return .none }
+        switch work.state.phase {
+        case .running where work.state.callers.entries[slot].waits:
+            // Both, whatever the first returns: the old urgency goes, the new one comes.
+            let released = work.state.priority.release(slot)
+            var raised = false
+            if let urgency { raised = work.state.priority.demand(urgency, from: slot) }
+            return raised || released ? .write : .none
+        case .running, .deciding, .stored, .ended:
+            return .none
         }
-        work.priority.applied = next
-        record(
-            .priorityChanged(key: work.key, work: work.number, priority: next.event(rising: work.priority.risesOnly)))
-        return next
     }
 
-    /// Event: the work's operation starts; its priority moves no more. Returns whether the work is
-    /// still in flight, and the write to wait for, if one is on its way.
-    mutating func begin(_ work: AnyWork<Key>) -> (running: Bool, writer: DispatchGroup?) {
-        work.priority.isFrozen = true
-        if case .running = work.phase { return (true, work.priority.writer) }
-        return (false, work.priority.writer)
+    /// Event: the waiting task in `slot` was escalated to `priority`; never for a caller that left.
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> PriorityAction {
+        switch work.state.phase {
+        case .running where work.state.callers.entries[slot].waits:
+            let raised = work.state.priority.escalate(slot, to: priority)
+            return raised ? .write : .none
+        case .running, .deciding, .stored, .ended:
+            return .none
+        }
     }
 
     /// Event: the app sets the operation's own priority, the floor under its callers'.
-    mutating func setFloor(of work: AnyWork<Key>, _ change: (inout OperationPriority) -> Void) -> Bool {
-        var own = work.priority.floor.operationPriority
+    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void)
+        -> PriorityAction
+    {
+        var own = work.state.priority.floor.operationPriority
         change(&own)
-        work.priority.floor = Urgency(own)
-        return !work.priority.isFrozen
+        work.state.priority.floor = Urgency(own)
+        return work.state.priority.isFrozen ? .none : .write
+    }
+
+    /// Event: a thread offers to write the work's priority. It writes if no other thread is
+    /// writing, and the work is in flight and has not started.
+    mutating func claimWriting<Value>(_ work: Work<Key, Value>, _ writer: DispatchGroup) -> Claim {
+        switch work.state.phase {
+        case .running where work.state.priority.writer == nil && !work.state.priority.isFrozen:
+            work.state.priority.writer = writer
+            return .writes
+        case .running, .deciding, .stored, .ended:
+            return .declined
+        }
+    }
+
+    /// Event: the writer asks what to write next; `done` lets go of the right to write.
+    mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
+        let next = work.state.priority.target
+        switch work.state.phase {
+        case .running where !work.state.priority.isFrozen && next != work.state.priority.applied:
+            work.state.priority.applied = next
+            let priority = next.event(rising: work.state.priority.risesOnly)
+            record(.priorityChanged(key: work.key, work: work.number, priority: priority))
+            return .write(next, to: work.state.runner)
+        case .running, .deciding, .stored, .ended:
+            work.state.priority.writer = nil
+            return .done
+        }
+    }
+
+    /// Event: the work's operation starts; its priority moves no more. It runs only if the work
+    /// is in flight, after the write on its way, if any.
+    mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
+        work.state.priority.isFrozen = true
+        let writer = work.state.priority.writer
+        switch work.state.phase {
+        case .running: return .runs(after: writer)
+        case .deciding, .stored, .ended: return .skips(after: writer)
+        }
     }
 
     // MARK: Prefetched results
 
-    /// Event: a consumer arrives, `now`, and takes the value stored for `key`, counted as a caller
-    /// who joined the prefetch and was served. Nil if none is stored.
-    @usableFromInline mutating func takeStored<Value: Sendable>(_ key: Key, as _: Value.Type, at now: Duration)
-        -> Value?
-    {
-        releaseExpired(at: now)
-        guard let entry = index[key], case .stored = entry.phase else { return nil }
-        let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
-        let value = work.stored
-        index[key] = nil
-        work.isIndexed = false
-        work.dropStored()
+    /// The step of a consumer's arrival that takes `work`'s stored value: counted as a caller who
+    /// joined the prefetch and was served.
+    @usableFromInline mutating func take<Value>(storedIn work: Work<Key, Value>) {
+        index[work.key] = nil
+        work.state.phase = .ended
         statistics.countArrival(joining: true)
         statistics.callersServed += 1
-        return value
-    }
-
-    /// Whether a prefetched result waits for `key`, `now`.
-    @usableFromInline mutating func hasStored(_ key: Key, at now: Duration) -> Bool {
-        releaseExpired(at: now)
-        if case .stored = index[key]?.phase { return true }
-        return false
     }
 
     /// Event: time passed, to `now` (an expiry timer fired, or a caller arrived). Drops expired
@@ -417,80 +449,18 @@ import Foundation
         guard let nextExpiry, now >= nextExpiry else { return }
         var earliest: Duration?
         for (key, work) in index {
-            guard case .stored(let expiry) = work.phase else { continue }
-            if expiry <= now {
+            switch work.stage {
+            case .stored(let expiry) where expiry <= now:
                 index[key] = nil
-                work.isIndexed = false
                 work.dropStored()
-            } else {
+            case .stored(let expiry):
                 earliest = min(earliest ?? expiry, expiry)
+            case .running, .deciding, .ended:
+                break
             }
         }
         self.nextExpiry = earliest
     }
-}
-
-// MARK: - States
-
-/// Where a work stands.
-@usableFromInline enum Phase {
-    /// In flight: callers join it, and its result is open.
-    case running
-    /// Its result is decided and on its way: the work is being stopped and its end reported.
-    case deciding
-    /// Its callers were handed the result.
-    case ended
-    /// A prefetched value waits for its consumer until `until` on the coalescer's clock (kept in
-    /// ``Work/stored``).
-    case stored(until: Duration)
-}
-
-/// Where one caller of a work stands, in its slot.
-@usableFromInline enum Caller<Value: Sendable> {
-    /// A completion handler, called on `queue`, or on the thread that serves it when nil.
-    case handler(@Sendable (Result<Value, Error>) -> Void, queue: OperationQueue?)
-    /// An operation that joined the work: it never runs, finishes when it hears, and hands what it
-    /// hears to its own handler. Without one it waits for nobody and is no caller.
-    case operation(CoalescibleOperation<Value>)
-    /// A task that arrived and has not parked its continuation yet. `consumes` marks a consumer of
-    /// a prefetchable coalescer, which takes the value instead of leaving it stored.
-    case arriving(consumes: Bool)
-    /// A task waiting on its continuation.
-    case parked(UnsafeContinuation<Value, Error>, consumes: Bool)
-    /// A task that has not parked yet, owed its last call (kept in ``Work/owed``, so that a slot
-    /// never grows with `Value`): it hears as it parks.
-    case owed
-    /// A task that parked while its work was deciding, owed its last call: it hears at the settle.
-    case held(UnsafeContinuation<Value, Error>)
-    /// Has had its last call, or has it on its way: nothing more reaches it.
-    case gone
-
-    /// Whether it still waits for its last call.
-    @inlinable var isOpen: Bool {
-        switch self {
-        case .handler, .operation, .arriving, .parked, .held: true
-        case .owed, .gone: false
-        }
-    }
-
-    /// Whether it is a caller, open: everyone but an operation without a handler of its own.
-    @inlinable var waits: Bool {
-        switch self {
-        case .handler, .arriving, .parked, .held: true
-        case .operation(let operation): operation.hasOwnCaller
-        case .owed, .gone: false
-        }
-    }
-}
-
-/// One caller's progress: where it goes, the latest value not yet handed over, whether a call is
-/// on its way, and the last call to make after it. A caller receives one call at a time, and the
-/// last call last (Guarantee 24).
-@usableFromInline struct Call<Value: Sendable> {
-    let sink: ProgressSink
-    var latest: WorkProgress?
-    var busy: Bool
-    var last: Owed<Value>?
 }
 
 // MARK: - Actions
@@ -507,12 +477,27 @@ import Foundation
     }
 }
 
-/// What a withdrawal decided: the caller to tell now, the work's end if it was abandoned, and
-/// whether the priority must follow.
-@usableFromInline struct Withdrawn<Value: Sendable> {
-    @usableFromInline var told: (Caller<Value>, Result<Value, Error>)?
-    @usableFromInline var decided: Decided<Value>?
-    @usableFromInline var reprioritizes = false
+/// What a withdrawal decided.
+@usableFromInline enum Withdrawal<Value: Sendable> {
+    /// The result was decided first, or the caller had its last call: nothing to do.
+    case late
+    /// The caller left: the caller owed a call now, if any, hears; the work's priority follows
+    /// if `reprioritizes`.
+    case left(Owed<Value>?, reprioritizes: Bool)
+    /// The last caller left work to cancel: the work stops, then the caller hears, then the
+    /// work's end is announced (Guarantee 18).
+    case abandoned(Decided<Value>, Owed<Value>?)
+}
+
+/// What parking a task decided: it waits, or resumes at once with what it is owed.
+@usableFromInline enum Parking<Value: Sendable> {
+    case waits
+    case resumes(Result<Value, Error>)
+}
+
+/// What a progress report decided: the deliveries to start, one per caller with none on its way.
+@usableFromInline struct Reported {
+    @usableFromInline var starting: [(slot: Int, sink: ProgressSink)] = []
 
     @inlinable init() {}
 }
@@ -556,4 +541,46 @@ import Foundation
     case progress(WorkProgress, ProgressSink)
     case last(Caller<Value>, Result<Value, Error>)
     case none
+}
+
+/// Whether forgetting or cancelling found anything under the keys it was given.
+enum Found {
+    case nothing, some
+}
+
+/// What cancelling by key decided: the work to decide as cancelled, and whether anything, work
+/// or a stored result, was found.
+struct CancelledAll<Key: Hashable & Sendable> {
+    var works: [AnyWork<Key>] = []
+    var found = Found.nothing
+}
+
+/// What the stall threshold's passing decided: nothing, or a stall reported with its callers.
+enum Stall {
+    case quiet
+    case reported(callers: Int)
+}
+
+/// What a change of a caller's urgency, or of the floor, decided: whether the work's priority
+/// must be written.
+@usableFromInline enum PriorityAction {
+    case none, write
+}
+
+/// What an offer to write the priority decided: this thread writes, or leaves it to the writer.
+enum Claim {
+    case writes, declined
+}
+
+/// What the writer writes next: an urgency to whatever runs the work, or nothing, letting go.
+enum NextWrite<Value: Sendable> {
+    case write(Urgency, to: Runner<Value>)
+    case done
+}
+
+/// What an operation's start decided: it runs its work, or skips it (the result was decided),
+/// once the priority write on its way, if any, is done.
+enum Begun {
+    case runs(after: DispatchGroup?)
+    case skips(after: DispatchGroup?)
 }

@@ -1,89 +1,95 @@
 import Foundation
 
-/// What the machine needs of a work whatever its `Value`: its key, phase, callers' count and
-/// priorities.
-///
-/// Every `var` here and in ``Work`` is read and written only by the ``Machine`` of the engine that
-/// holds the work, under that engine's lock.
+/// One run of the work for one key, whatever its `Value`: what never changes about it, and what
+/// the events over every key (forget, cancel, expiry) see of its state.
 @usableFromInline class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
-    // @unchecked: every `var` is guarded by the lock of the `Engine` that created the work. The same
-    // lock makes every access exclusive, so the runtime's exclusivity checks are switched off for
-    // them (`@exclusivity(unchecked)`): measured, they cost a join ~290 instructions.
+    // @unchecked: immutable; the state, in the subclass, is guarded by its engine's lock.
     @usableFromInline let key: Key
     /// Its number in its coalescer, 1 for the first, as its events name it.
-    @usableFromInline @exclusivity(unchecked) var number = 0
-    @usableFromInline @exclusivity(unchecked) var phase = Phase.running
-    /// Callers waiting now.
-    @usableFromInline @exclusivity(unchecked) var live = 0
-    /// Callers that ever arrived: the first started the work, the others joined it.
-    @usableFromInline @exclusivity(unchecked) var arrivals = 0
-    /// Tasks that have a slot and have not parked their continuation yet.
-    @usableFromInline @exclusivity(unchecked) var unparked = 0
-    /// Whether new callers find the work under its key (or its stored value).
-    @usableFromInline @exclusivity(unchecked) var isIndexed = true
-    /// Whether a prefetch ever joined: the value is then stored if no consumer waits for it.
-    @usableFromInline @exclusivity(unchecked) var isPrefetch = false
+    @usableFromInline let number: Int
     /// What happens when the last caller withdraws.
     @usableFromInline let policy: AbandonedWorkPolicy
-    /// When the work started, on its coalescer's clock; only kept where an observer wants durations.
+    /// When the work started, on its coalescer's clock; only kept where events need the time.
     @usableFromInline let startedAt: Duration?
-    /// The latest progress the work reported, for callers who join later.
-    @usableFromInline @exclusivity(unchecked) var progress: WorkProgress?
 
-    /// The priority: see Priority.swift.
-    @usableFromInline @exclusivity(unchecked) var priority: PriorityState
-
-    @inlinable init(key: Key, policy: AbandonedWorkPolicy, floor: Urgency, risesOnly: Bool, startedAt: Duration?) {
-        self.key = key
-        self.policy = policy
-        priority = PriorityState(floor: floor, risesOnly: risesOnly)
-        self.startedAt = startedAt
+    @inlinable init(key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?) {
+        (self.key, self.number, self.policy, self.startedAt) = (key, number, policy, startedAt)
     }
 
-    /// Writes the priority to whatever runs the work.
-    func write(_ priority: Urgency) { preconditionFailure("AnyWork is abstract") }
+    /// Where the work stands, its stored value left out.
+    @usableFromInline var stage: Stage { preconditionFailure("AnyWork is abstract") }
+
+    /// Ends a stored result's wait: taken, expired or dropped. The value goes with its phase.
+    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
+
     /// Cancels the work for all its callers.
     func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
-    /// Ends a stored result's wait, taken, expired or dropped: the phase and the value go together.
-    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
 }
 
-/// One run of the work for one key, and its callers.
+/// One run of the work for one key, and its callers. All that changes is ``state``, one value.
 @usableFromInline final class Work<Key: Hashable & Sendable, Value: Sendable>: AnyWork<Key>, @unchecked Sendable {
-    // @unchecked: like `AnyWork`, every `var` is guarded by the engine's lock.
-    @usableFromInline @exclusivity(unchecked) var callers = Callers<Value>()
-    @usableFromInline @exclusivity(unchecked) var runner: Runner<Value>
-    /// The callers that asked for progress, by slot: empty, and free, when none did.
-    @usableFromInline @exclusivity(unchecked) var calls: [Int: Call<Value>] = [:]
-    /// What each task that has not parked yet is owed, by slot.
-    @usableFromInline @exclusivity(unchecked) var owed: [Int: Result<Value, Error>] = [:]
-    /// The prefetched value, while the phase is ``Phase/stored(until:)``.
-    @usableFromInline @exclusivity(unchecked) var stored: Value?
+    // @unchecked: `state` is read and written only by the ``Machine`` of the engine that holds the
+    // work, under that engine's lock. The same lock makes every access exclusive, so the runtime's
+    // exclusivity checks are switched off (`@exclusivity(unchecked)`): measured, they cost a join
+    // ~290 instructions.
+    @usableFromInline @exclusivity(unchecked) var state: WorkState<Value>
 
     @inlinable init(
-        key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, startedAt: Duration?
+        key: Key, number: Int, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency,
+        startedAt: Duration?
     ) {
-        self.runner = runner
         let risesOnly = if case .operation = runner { false } else { true }
-        super.init(key: key, policy: policy, floor: floor, risesOnly: risesOnly, startedAt: startedAt)
+        state = WorkState(runner: runner, priority: PriorityState(floor: floor, risesOnly: risesOnly))
+        super.init(key: key, number: number, policy: policy, startedAt: startedAt)
     }
 
-    override func write(_ priority: Urgency) { runner.prioritize(priority) }
+    @usableFromInline override var stage: Stage {
+        switch state.phase {
+        case .running: .running
+        case .deciding: .deciding
+        case .stored(_, let expiry): .stored(until: expiry)
+        case .ended: .ended
+        }
+    }
+
+    @usableFromInline override func dropStored() { state.phase = .ended }
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
     }
+}
 
-    @usableFromInline override func dropStored() {
-        phase = .ended
-        stored = nil
+/// Everything about one work that changes, in one value: copying it copies the work.
+@usableFromInline struct WorkState<Value: Sendable> {
+    @usableFromInline var phase = Phase<Value>.running
+    @usableFromInline var runner: Runner<Value>
+    @usableFromInline var callers = Callers<Value>()
+    /// The priority: see Priority.swift.
+    @usableFromInline var priority: PriorityState
+    /// The callers that asked for progress, by slot: empty, and free, when none did. Apart from
+    /// the callers' list, which is handed whole to the delivery when nobody asked.
+    @usableFromInline var calls: [Int: Call<Value>] = [:]
+    /// The latest progress the work reported, for callers who join later.
+    @usableFromInline var progress: WorkProgress?
+    /// Whether a prefetch ever joined: the value is then stored if no consumer waits for it.
+    @usableFromInline var isPrefetch = false
+
+    @inlinable init(runner: Runner<Value>, priority: PriorityState) {
+        (self.runner, self.priority) = (runner, priority)
+    }
+
+    /// Registers the progress of the caller in `slot`; returns whether the latest value is owed to
+    /// it at once (Guarantee 25). Kept out of line, so that joins without progress stay small.
+    @usableFromInline mutating func watch(_ sink: ProgressSink, in slot: Int) -> Bool {
+        calls[slot] = Call(sink: sink, latest: progress, busy: progress != nil)
+        return progress != nil
     }
 
     /// Gives the caller in `slot` its last call, `result`. Returns the caller to hand it to now; nil
     /// when it had its last call already, or will have it after the call on its way, or (a task
     /// that has not parked) when it parks. A caller that leaves (`droppingProgress`) hears no
     /// progress after it left (Guarantee 26); one served keeps the latest value, before the result.
-    @usableFromInline func conclude(_ slot: Int, with result: Result<Value, Error>, droppingProgress: Bool)
+    @usableFromInline mutating func conclude(_ slot: Int, with result: Result<Value, Error>, droppingProgress: Bool)
         -> Caller<Value>?
     {
         let caller = callers.entries[slot]
@@ -91,8 +97,7 @@ import Foundation
         case .owed, .gone, .held:
             return nil
         case .arriving:
-            callers.entries[slot] = .owed
-            owed[slot] = result
+            callers.entries[slot] = .owed(result)
             if droppingProgress { calls[slot]?.latest = nil }
             return nil
         case .handler, .operation, .parked:
@@ -108,13 +113,23 @@ import Foundation
             return nil
         }
     }
+}
 
-    /// Registers the progress of the caller in `slot`; returns whether the latest value is owed to
-    /// it at once (Guarantee 25). Kept out of line, so that joins without progress stay small.
-    @usableFromInline func watch(_ sink: ProgressSink, in slot: Int) -> Bool {
-        calls[slot] = Call(sink: sink, latest: progress, busy: progress != nil)
-        return progress != nil
-    }
+/// Where a work stands.
+@usableFromInline enum Phase<Value: Sendable> {
+    /// In flight: callers join it, and its result is open.
+    case running
+    /// Its result is decided and on its way: the work is being stopped and its end reported.
+    case deciding
+    /// A prefetched value waits for its consumer until `until` on the coalescer's clock.
+    case stored(Value, until: Duration)
+    /// Its callers were handed the result, or its stored value was taken, expired or dropped.
+    case ended
+}
+
+/// A ``Phase`` without its value, for the events over every key.
+@usableFromInline enum Stage: Equatable {
+    case running, deciding, stored(until: Duration), ended
 }
 
 /// What runs the work: an operation on a queue, or a task.
@@ -143,14 +158,22 @@ import Foundation
     }
 }
 
-/// The callers of one work, in slots that stay valid when a caller leaves.
+/// The callers of one work, in slots that stay valid when a caller leaves, and their counts.
 ///
 /// Joining costs one append, whatever the number of callers. The list also tracks whether every
 /// caller so far is a handler on one queue, so that the result reaches them all in one hop as the
-/// list itself.
+/// list itself. The counts restate the slots, kept so that no event scans them; the explorer
+/// checks that they agree.
 @usableFromInline struct Callers<Value: Sendable> {
     @usableFromInline var entries: ContiguousArray<Caller<Value>> = []
     @usableFromInline var queues = Queues.none
+    /// Callers waiting now.
+    @usableFromInline var live = 0
+    /// Callers that ever arrived: the first started the work, the others joined it.
+    @usableFromInline var arrivals = 0
+    /// Tasks that have not parked, or parked while the work was deciding: the settle looks at
+    /// every slot while there are any.
+    @usableFromInline var unparked = 0
 
     @usableFromInline enum Queues {
         case none
@@ -184,4 +207,52 @@ import Foundation
             }
         }
     }
+}
+
+/// Where one caller of a work stands, in its slot.
+@usableFromInline enum Caller<Value: Sendable> {
+    /// A completion handler, called on `queue`, or on the thread that serves it when nil.
+    case handler(@Sendable (Result<Value, Error>) -> Void, queue: OperationQueue?)
+    /// An operation that joined the work: it never runs, finishes when it hears, and hands what it
+    /// hears to its own handler. Without one it waits for nobody and is no caller.
+    case operation(CoalescibleOperation<Value>)
+    /// A task that arrived and has not parked its continuation yet. `consumes` marks a consumer of
+    /// a prefetchable coalescer, which takes the value instead of leaving it stored.
+    case arriving(consumes: Bool)
+    /// A task waiting on its continuation.
+    case parked(UnsafeContinuation<Value, Error>, consumes: Bool)
+    /// A task that has not parked yet, owed its last call: it hears as it parks. Indirect, so that
+    /// a slot never grows with `Value`.
+    indirect case owed(Result<Value, Error>)
+    /// A task that parked while its work was deciding, owed its last call: it hears at the settle.
+    indirect case held(UnsafeContinuation<Value, Error>, owed: Result<Value, Error>)
+    /// Has had its last call, or has it on its way: nothing more reaches it.
+    case gone
+
+    /// Whether it still waits for its last call.
+    @inlinable var isOpen: Bool {
+        switch self {
+        case .handler, .operation, .arriving, .parked, .held: true
+        case .owed, .gone: false
+        }
+    }
+
+    /// Whether it is a caller, open: everyone but an operation without a handler of its own.
+    @inlinable var waits: Bool {
+        switch self {
+        case .handler, .arriving, .parked, .held: true
+        case .operation(let operation): operation.hasOwnCaller
+        case .owed, .gone: false
+        }
+    }
+}
+
+/// One caller's progress: where it goes, the latest value not yet handed over, whether a call is
+/// on its way, and the last call to make after it. A caller receives one call at a time, and the
+/// last call last (Guarantee 24).
+@usableFromInline struct Call<Value: Sendable> {
+    let sink: ProgressSink
+    var latest: WorkProgress?
+    var busy: Bool
+    var last: Owed<Value>?
 }

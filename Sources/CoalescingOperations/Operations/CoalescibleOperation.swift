@@ -126,7 +126,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     /// Sets the floor under the callers' priorities while the work waits on its queue; false if
     /// the operation runs no work an engine holds waiting, so that the setter writes through.
     private final func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
-        let held = lifecycle.withLock { lifecycle -> (Engine<OperationKey>, AnyWork<OperationKey>)? in
+        let held = lifecycle.withLock { lifecycle -> (Engine<OperationKey>, Work<OperationKey, Value>)? in
             guard case .runs(let engine, let work) = link, case .idle = lifecycle else { return nil }
             return (engine, work)
         }
