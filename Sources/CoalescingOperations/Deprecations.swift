@@ -110,18 +110,18 @@ extension PrefetchableTaskCoalescer {
 // The machine's events that only `coalesce(operation:)` needs; the storage's two calls that carry
 // them out, under its lock, are in Engine.swift, the one file that takes that lock.
 extension Machine where Key == OperationKey {
-    /// Event: `rider` joins `work` by hand, if the work's result is open and its operation has not
+    /// Event: `operation` joins `work` by hand, if the work's result is open and its operation has not
     /// started (Guarantee 10: its start freezes its priority, under this lock), and `claim` takes
-    /// the rider for the slot it would have.
+    /// the operation for the slot it would have.
     mutating func joinByHand<Value>(
-        _ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
+        _ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
         claim: (Int) -> CoalescibleOperation<Value>.Taking
     ) -> Entry<OperationKey, Value>? {
         switch work.state.phase {
         case .running where !work.state.priority.isFrozen:
             let taking = claim(work.state.callers.entries.count)
             guard case .joins = taking else { return nil }
-            let joined = join(work, .operation(rider), asking: urgency)
+            let joined = join(work, .operation(operation), asking: urgency)
             return Entry(work, joined)
         case .running, .deciding, .stored, .ended:
             return nil

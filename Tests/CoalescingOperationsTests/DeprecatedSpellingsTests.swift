@@ -98,20 +98,20 @@ extension DeprecatedSpellingsTests {
     func testCoalesceRefusesWhatCannotJoin() {
         let recorder = ResultRecorder<Int>()
         let host = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "host")
-        let rider = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "rider")
+        let joining = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "joining")
         let other = TestOperation(finishingWith: 1, callBackQueue: callbacks, recorder: recorder, caller: "other")
 
         XCTAssertFalse(host.coalesce(operation: host), "an operation cannot join itself")
-        XCTAssertTrue(host.coalesce(operation: rider))
-        XCTAssertFalse(host.coalesce(operation: rider), "already joined")
+        XCTAssertTrue(host.coalesce(operation: joining))
+        XCTAssertFalse(host.coalesce(operation: joining), "already joined")
         XCTAssertFalse(other.coalesce(operation: host), "an operation that others joined cannot join")
-        XCTAssertFalse(rider.coalesce(operation: other), "an operation that joined takes nobody along")
+        XCTAssertFalse(joining.coalesce(operation: other), "an operation that joined takes nobody along")
 
         host.start()
         XCTAssertTrue(recorder.waitForCalls(2))
         XCTAssertFalse(host.coalesce(operation: other), "finished work takes no more callers")
         recorder.assertValue("host", 1)
-        recorder.assertValue("rider", 1)
+        recorder.assertValue("joining", 1)
         XCTAssertEqual(recorder.calls(of: "other").count, 0)
     }
 
@@ -153,7 +153,7 @@ extension DeprecatedSpellingsTests {
         XCTAssertTrue(
             host.coalesce(
                 operation: TestOperation<Int>(
-                    callBackQueue: callbacks, work: { _ in }, completionHandler: recorder.handler("rider"))))
+                    callBackQueue: callbacks, work: { _ in }, completionHandler: recorder.handler("joining"))))
         XCTAssertEqual(manager.enqueue(operation: host).admission, .startedWork)
         XCTAssertTrue(recorder.waitForCalls(2))
         manager.queue.waitUntilAllOperationsAreFinished()
@@ -169,7 +169,7 @@ extension DeprecatedSpellingsTests {
         let environment = ProcessInfo.processInfo.environment
         StressTests.runMix(
             callers: environment["COALESCING_STRESS_OPERATIONS"].flatMap(Int.init) ?? 20_000,
-            coalesceByHand: { host, rider in host.coalesce(operation: rider) })
+            coalesceByHand: { host, joining in host.coalesce(operation: joining) })
     }
 
     // MARK: Guarantees 5, 11 and 15: the renamed spellings

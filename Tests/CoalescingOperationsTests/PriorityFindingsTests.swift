@@ -112,14 +112,14 @@ final class PriorityFindingsTests: XCTestCase {
             completionHandler: recorder.handler("host"))
         manager.enqueue(operation: host)
         XCTAssertTrue(started.wait())
-        let rider = TestOperation<Int>(
-            "k", callBackQueue: Queues.serial("rider callbacks"), work: { $0.finish(result: .success(2)) },
-            completionHandler: recorder.handler("rider"))
-        XCTAssertFalse(host.coalesce(operation: rider), "the host has started")
+        let joining = TestOperation<Int>(
+            "k", callBackQueue: Queues.serial("joining callbacks"), work: { $0.finish(result: .success(2)) },
+            completionHandler: recorder.handler("joining"))
+        XCTAssertFalse(host.coalesce(operation: joining), "the host has started")
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
         recorder.assertValue("host", 1)
-        XCTAssertTrue(rider.isReady, "the rider was left as it was: fresh")
+        XCTAssertTrue(joining.isReady, "the joining was left as it was: fresh")
     }
 }
 

@@ -74,11 +74,11 @@ final class ScaleTests: XCTestCase {
         let joined = manager.enqueue(
             operation: TestOperation<Int>(
                 "work 9876", callBackQueue: callbacks, work: { $0.finish(result: .success(-1)) },
-                completionHandler: recorder.handler("rider")))
+                completionHandler: recorder.handler("joining")))
         queue.isSuspended = false
 
         XCTAssertTrue(recorder.waitForCalls(1))
         XCTAssertEqual(joined.admission, .joinedWork)
-        recorder.assertValue("rider", 9876)
+        recorder.assertValue("joining", 9876)
     }
 }

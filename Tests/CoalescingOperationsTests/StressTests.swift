@@ -120,8 +120,8 @@ final class StressTests: XCTestCase {
             callers: environment["COALESCING_STRESS_OPERATIONS"].flatMap(Int.init) ?? 100_000, coalesceByHand: nil)
     }
 
-    /// Joins `rider` to `host`'s work by hand; true if it joined.
-    typealias HandCoalescing = @Sendable (_ host: TestOperation<Int>, _ rider: TestOperation<Int>) -> Bool
+    /// Joins `joining` to `host`'s work by hand; true if it joined.
+    typealias HandCoalescing = @Sendable (_ host: TestOperation<Int>, _ joining: TestOperation<Int>) -> Bool
 
     /// Runs the mix with `callers` callers, seeded from `COALESCING_STRESS_SEED` or at random, and
     /// checks what every caller heard, the statistics and the events. With `coalesceByHand`, a
@@ -144,14 +144,14 @@ final class StressTests: XCTestCase {
         let dependentManager = OperationQueueManager(observer: dependentEvents.count)
         // Forgets that dropped work in flight: each lets one more piece of work on the key overlap.
         let forgotten = LockedBox([String: Int]())
-        // How each caller was admitted, and the riders that came in by hand.
+        // How each caller was admitted, and the handJoins that came in by hand.
         let admissions = LockedBox([CoalescingHandle<Int>.Admission: Int]())
-        let riders = Counter()
+        let handJoins = Counter()
         // Callers whose operation was cancelled before it was enqueued: answered `.ignored`.
         let cancelledBeforeEnqueue = Counter()
         // Operations waiting on one cancelled before it was enqueued: each must run.
         let dependentsOfCancelled = DispatchGroup()
-        // Hand-coalesced riders are numbered after every regular caller.
+        // Operations joined by hand are numbered after every regular caller.
         let tally = Tally(callers: 2 * callers)
         let pendingFinishes = DispatchGroup()
         let threads = 4
@@ -272,15 +272,15 @@ final class StressTests: XCTestCase {
                     dependencyQueue.addOperation(dependency)
                 } else if shape < 10, let coalesceByHand {
                     // Joined by hand before the manager sees it.
-                    let rider = callers + caller
-                    tally.expect(rider)
-                    riders.increment()
+                    let joining = callers + caller
+                    tally.expect(joining)
+                    handJoins.increment()
                     operation = TestOperation(
                         "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
                         completionHandler: handler)
                     let riding = TestOperation<Int>(
                         "\(identifier)", callBackQueue: callBackQueue, policy: policy, work: work,
-                        completionHandler: { tally.record(caller: rider, identifier: identifier, result: $0) })
+                        completionHandler: { tally.record(caller: joining, identifier: identifier, result: $0) })
                     if !coalesceByHand(operation!, riding) {
                         tally.fail("seed \(seed): a fresh operation refused to take another along by hand")
                     }
@@ -356,15 +356,15 @@ final class StressTests: XCTestCase {
             "seed \(seed): only operations cancelled before they were enqueued are ignored")
         XCTAssertEqual(total(\.workInFlight), 0, "seed \(seed): \(statistics)")
         // Work coalesced by hand is counted by no manager: each such host started work of its own,
-        // and it and its rider are two callers the managers never saw.
-        let handCoalesced = riders.current
+        // and it and the operation joining it are two callers the managers never saw.
+        let handCoalesced = handJoins.current
         XCTAssertEqual(
             total(\.workStarted), admitted[.startedWork, default: 0] - handCoalesced, "seed \(seed): \(statistics)")
         XCTAssertEqual(total(\.callersJoined), admitted[.joinedWork, default: 0], "seed \(seed): \(statistics)")
         let departed = total(\.callersServed) + total(\.callersWithdrawn) + total(\.callersTimedOut)
         XCTAssertEqual(departed, total(\.callersArrived), "seed \(seed): arrivals equal departures: \(statistics)")
         XCTAssertEqual(
-            departed, callers + riders.current - 2 * handCoalesced - cancelledBeforeEnqueue.current,
+            departed, callers + handJoins.current - 2 * handCoalesced - cancelledBeforeEnqueue.current,
             "seed \(seed): every caller admitted leaves once: \(statistics)")
         XCTAssertEqual(events.order.problems(forgotten: forgotten.value), [], "seed \(seed): events interleave")
         XCTAssertEqual(dependentEvents.order.problems(forgotten: [:]), [], "seed \(seed): events interleave")

@@ -42,7 +42,7 @@ final class WithdrawalTests: XCTestCase {
             operation: TestOperation(callBackQueue: callbacks, work: work, completionHandler: recorder.handler("host")))
         manager.enqueue(
             operation: TestOperation(
-                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("rider")))
+                callBackQueue: callbacks, work: work, completionHandler: recorder.handler("joining")))
         XCTAssertTrue(started.wait())
 
         host.withdraw()
@@ -51,7 +51,7 @@ final class WithdrawalTests: XCTestCase {
 
         release.open()
         XCTAssertTrue(recorder.waitForCalls(1))
-        recorder.assertValue("rider", 3)
+        recorder.assertValue("joining", 3)
         XCTAssertEqual(recorder.all.count, 2)
     }
 

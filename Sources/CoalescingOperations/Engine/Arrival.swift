@@ -1,10 +1,20 @@
 import Foundation
 
-// The machine's arrival events, one per way in: a caller by key (`join`, in Machine.swift), a task
+// The machine's arrival events, one per way in: a caller by key (`join`), a task
 // caller (`arrive`), an operation and the caller that comes with it (`admit`). Each decides where
 // the caller goes and returns it as an action that the storage (Engine.swift) carries out.
 
 extension Machine {
+    /// Event: a caller arrives with `key` and joins the work in flight for it, if any; nil if
+    /// there is none, and the front-end makes the operation that starts it.
+    @inlinable mutating func join<Value>(
+        _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
+    ) -> Entry<Key, Value>? {
+        guard let work = inFlight(key, as: Value.self) else { return nil }
+        let joined = join(work, caller, asking: urgency, watching: sink)
+        return Entry(work, joined)
+    }
+
     /// Event: a task caller arrives with `key`, in `role`, at `priority`. A consumer takes a value
     /// stored for the key and a prefetcher finds one (both `now`); otherwise it joins the work in
     /// flight (a prefetcher makes it a prefetch), or starts new work at `start`, whose task the

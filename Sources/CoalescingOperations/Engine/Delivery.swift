@@ -69,6 +69,11 @@ import Foundation
     }
 }
 
+extension Owed {
+    /// Hands the caller its last call, outside any batch.
+    @usableFromInline func tell() { caller.tell(result) }
+}
+
 extension Caller {
     /// Hands one caller its last call, outside any batch.
     @usableFromInline func tell(_ result: Result<Value, Error>) {

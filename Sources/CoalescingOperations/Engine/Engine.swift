@@ -54,14 +54,10 @@ import Foundation
     @inlinable func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
     ) -> Entry<Key, Value>? {
-        state.withLock { machine in
-            guard let work = machine.inFlight(key, as: Value.self) else { return nil }
-            let joined = machine.join(work, caller, asking: urgency, watching: sink)
-            return Entry(work, joined)
-        }
+        state.withLock { $0.join(key, caller, asking: urgency, watching: sink) }
     }
 
-    /// Registers a caller of `key`: takes a stored result, joins the work in flight for it, or
+    /// Registers a caller of `key`, a task at `callerPriority`: takes a stored result, joins the work in flight for it, or
     /// starts `operation` in a task of its own. Never suspends, so concurrent callers always find
     /// each other.
     ///
@@ -72,29 +68,27 @@ import Foundation
     @inlinable @inline(never) func arrive<Value: Sendable>(
         key: Key,
         as role: CallerRole,
+        at callerPriority: TaskPriority,
         priority: TaskPriority?,
         name: String?,
         timeout: Duration?,
         whenAbandoned: AbandonedWorkPolicy,
         progress: (@Sendable (WorkProgress) -> Void)? = nil,
         operation: @escaping @Sendable () async throws -> Value
-    ) -> TaskArrival<Key, Value> {
+    ) -> Arrival<Key, Value> {
         let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
-        let callerPriority = Task.currentPriority
         let startPriority = priority ?? callerPriority
         let now = time()
         // Returned rather than captured: a `var` the closure mutates may cost an allocation.
-        let (arrival, entry) = state.withLock { machine -> (TaskArrival<Key, Value>, Entry<Key, Value>?) in
+        let (arrival, entry) = state.withLock { machine -> (Arrival<Key, Value>, Entry<Key, Value>?) in
             let arrival: Arrival<Key, Value> = machine.arrive(
                 key, as: role, at: callerPriority, starting: startPriority, policy: whenAbandoned, watching: sink,
                 at: now)
             switch arrival {
-            case .taken(let value):
-                return (.taken(value), nil)
-            case .alreadyStored:
-                return (.alreadyStored, nil)
+            case .taken, .alreadyStored:
+                return (arrival, nil)
             case .joins(let work, let joined):
-                return (.waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined))
+                return (arrival, Entry(work, joined))
             case .starts(let work, let joined):
                 // Created under the lock, so that its end cannot overtake this arrival.
                 let task = startTask(for: work, name: name, priority: startPriority) { [self] in
@@ -105,9 +99,7 @@ import Foundation
                     }
                 }
                 machine.assign(task, to: work)
-                return (
-                    .waiting(work, slot: joined.slot, arrivedAt: callerPriority), Entry(work, joined, started: true)
-                )
+                return (arrival, Entry(work, joined, started: true))
             }
         }
         follow(entry, timeout: timeout, sink: sink)
@@ -141,12 +133,12 @@ import Foundation
         case .late:
             break
         case .left(let told, let reprioritizes):
-            told?.caller.tell(told!.result)
+            told?.tell()
             deliverEvents()
             if reprioritizes { applyPriority(of: work) }
         case .abandoned(let decided, let told):
             stop(decided)
-            told?.caller.tell(told!.result)
+            told?.tell()
             announceEnd(work, decided, with: .failure(CoalescingError.cancelled))
         }
     }
@@ -206,7 +198,7 @@ import Foundation
         delivery.add(settled.callers)
         if case .operation(let operation) = runner { operation.resultDecided() }
         delivery.deliver(result)
-        for owed in settled.held { owed.caller.tell(owed.result) }
+        for owed in settled.held { owed.tell() }
     }
 
     /// Cancels the work under every key that `matches`, forgotten work included when
@@ -449,12 +441,14 @@ extension Engine where Key == OperationKey {
 
     // MARK: The deprecated hand-join: its events, `joinByHand` and `adopt`, are in Deprecations.swift
 
-    /// The deprecated `coalesce(operation:)`: `rider` joins `work`, if the machine lets it.
+    /// The deprecated `coalesce(operation:)`: `operation` joins `work`, if the machine lets it.
     /// Returns whether it joined.
-    func join<Value>(_ rider: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
-        let urgency = Urgency(OperationPriority(of: rider))
+    func join<Value>(_ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
+        let urgency = Urgency(OperationPriority(of: operation))
         let entry = state.withLock { machine in
-            machine.joinByHand(rider, to: work, asking: urgency) { slot in rider.take(work, of: self, slot: slot) }
+            machine.joinByHand(operation, to: work, asking: urgency) { slot in
+                operation.take(work, of: self, slot: slot)
+            }
         }
         follow(entry, timeout: nil)
         return entry != nil

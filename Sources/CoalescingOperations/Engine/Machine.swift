@@ -153,11 +153,8 @@ import Foundation
             case .running, .stored, .ended:
                 break
             }
-            work.state.callers.unparked -= 1
-            work.state.callers.entries[slot] = .parked(continuation, consumes: false)
-            // Heard now, unless a progress call is on its way: it then hears after that call.
-            let hearsNow = work.state.conclude(slot, with: result, droppingProgress: true)
-            guard hearsNow != nil else { return .waits }
+            let hearsNow = work.state.parkOwed(continuation, in: slot, owed: result)
+            guard hearsNow else { return .waits }
             return .resumes(result)
         case .handler, .operation, .parked, .held, .gone:
             preconditionFailure("Machine: slot \(slot) is no caller waiting to park")
@@ -280,10 +277,8 @@ import Foundation
                 continue
             }
             // Held while the work was deciding: it hears what it is owed.
-            work.state.callers.unparked -= 1
-            work.state.callers.entries[slot] = .parked(continuation, consumes: false)
-            let hearsNow = work.state.conclude(slot, with: own, droppingProgress: true)
-            if hearsNow != nil {
+            let hearsNow = work.state.parkOwed(continuation, in: slot, owed: own)
+            if hearsNow {
                 settled.held.append(Owed(caller: .parked(continuation, consumes: false), result: own))
             }
         }

@@ -85,6 +85,17 @@ import Foundation
         return progress != nil
     }
 
+    /// The task in `slot`, owed `result`, parks `continuation`. Returns whether it hears now: not
+    /// while a progress call to it is on its way, after which it hears.
+    @inlinable mutating func parkOwed(
+        _ continuation: UnsafeContinuation<Value, Error>, in slot: Int, owed result: Result<Value, Error>
+    ) -> Bool {
+        callers.unparked -= 1
+        callers.entries[slot] = .parked(continuation, consumes: false)
+        let caller = conclude(slot, with: result, droppingProgress: true)
+        return caller != nil
+    }
+
     /// Gives the caller in `slot` its last call, `result`. Returns the caller to hand it to now; nil
     /// when it had its last call already, or will have it after the call on its way, or (a task
     /// that has not parked) when it parks. A caller that leaves (`droppingProgress`) hears no

@@ -100,13 +100,16 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
+        let arrivedAt = Task.currentPriority
         let arrival = engine.arrive(
-            key: key, as: .plain, priority: priority, name: name, timeout: timeout, whenAbandoned: whenAbandoned,
-            progress: progress, operation: operation)
-        guard case .waiting(let work, let slot, let priority) = arrival else {
+            key: key, as: .plain, at: arrivedAt, priority: priority, name: name, timeout: timeout,
+            whenAbandoned: whenAbandoned, progress: progress, operation: operation)
+        switch arrival {
+        case .joins(let work, let joined), .starts(let work, let joined):
+            return try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+        case .taken, .alreadyStored:
             preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }
-        return try await engine.wait(for: work, in: slot, arrivedAt: priority)
     }
 
     /// Cancels the work in flight for `key`: its callers throw ``CoalescingError/cancelled`` at

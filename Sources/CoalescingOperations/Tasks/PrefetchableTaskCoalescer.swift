@@ -95,12 +95,13 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
         try Task.checkCancellation()
+        let arrivedAt = Task.currentPriority
         let arrival = engine.arrive(
-            key: key, as: .consumer, priority: priority, name: name, timeout: timeout,
+            key: key, as: .consumer, at: arrivedAt, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, progress: progress, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot, let priority):
-            return try await engine.wait(for: work, in: slot, arrivedAt: priority)
+        case .joins(let work, let joined), .starts(let work, let joined):
+            return try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
         case .taken(let value): return value
         case .alreadyStored: preconditionFailure("PrefetchableTaskCoalescer: a consumer was told to do nothing")
         }
@@ -138,12 +139,13 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         operation: @escaping @Sendable () async throws -> Value
     ) async throws {
         try Task.checkCancellation()
+        let arrivedAt = Task.currentPriority
         let arrival = engine.arrive(
-            key: key, as: .prefetcher, priority: priority, name: name, timeout: timeout,
+            key: key, as: .prefetcher, at: arrivedAt, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .waiting(let work, let slot, let priority):
-            _ = try await engine.wait(for: work, in: slot, arrivedAt: priority)
+        case .joins(let work, let joined), .starts(let work, let joined):
+            _ = try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
         case .alreadyStored: return
         case .taken: preconditionFailure("PrefetchableTaskCoalescer: a prefetcher took a stored result")
         }

@@ -21,16 +21,6 @@ extension Engine {
     }
 }
 
-/// How a task caller arrived.
-@usableFromInline enum TaskArrival<Key: Hashable & Sendable, Value: Sendable> {
-    /// The caller started or joined work and has a slot in it; it arrived at `arrivedAt`.
-    case waiting(Work<Key, Value>, slot: Int, arrivedAt: TaskPriority)
-    /// A consumer took the prefetched value; nothing to wait for.
-    case taken(Value)
-    /// A prefetcher found a result already stored; nothing to do.
-    case alreadyStored
-}
-
 /// What a caller is to a task coalescer, which decides how it treats prefetched results.
 @usableFromInline enum CallerRole {
     /// ``InFlightTaskCoalescer``: nothing is ever stored.

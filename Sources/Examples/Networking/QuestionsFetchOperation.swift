@@ -66,7 +66,7 @@ public final class QuestionsFetchOperation: CoalescibleOperation<QuestionPage>, 
         }
     }
 
-    /// Cancels the work for every caller and stops the data task; for an absorbed operation,
+    /// Cancels the work for every caller and stops the data task; for an operation that joined,
     /// withdraws its caller only.
     public override func cancel() {
         super.cancel()
