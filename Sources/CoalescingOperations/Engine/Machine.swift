@@ -3,6 +3,12 @@ import Foundation
 /// The engine's state machine: which work is in flight under which key, where each work stands
 /// (``Phase``), where each of its callers stands (``Caller``), and what is owed to whom.
 ///
+/// Each work's state is one value, ``WorkState`` (Work.swift), held by the work's object so that
+/// callers and operations can name it; the machine alone changes it. The machine's parts live
+/// beside what they are about: the arrival events in Arrival.swift, the steps of one caller's
+/// slot in Work.swift, the priority in Priority.swift, the delivery of events in Observing.swift,
+/// and the deprecated hand-join's events in Deprecations.swift.
+///
 /// One `mutating func` per event, each returning what must happen next, named for that event.
 /// The machine decides and never acts: it runs no user code, resumes no continuation, posts no
 /// KVO and starts no delivery. ``Engine``, the storage, holds it behind its lock, sends it the
@@ -75,6 +81,10 @@ import Foundation
     @inlinable mutating func join<Value>(
         _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink? = nil
     ) -> Joined {
+        switch work.state.phase {
+        case .running: break
+        case .deciding, .stored, .ended: preconditionFailure("Machine: a caller joined decided work \(work.number)")
+        }
         let slot = work.state.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
         var joined = Joined(slot: slot)
