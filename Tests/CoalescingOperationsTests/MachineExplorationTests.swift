@@ -298,8 +298,8 @@ private final class World {
             pending.removeAll { $0.work == work }
             settled[work] = true
             let settled = machine.settle(works[work], with: result)
-            for caller in settled.callers.entries {
-                tell(caller, result, work: work)
+            for slot in settled.callers.entries {
+                tell(slot.caller, result, work: work)
             }
             for owed in settled.held {
                 tell(owed.caller, owed.result, work: work)
@@ -323,7 +323,7 @@ private final class World {
     private func leave(_ i: Int, reason: WithdrawalReason, hearing: Result<Int, Error>?) {
         let record = callers[i]
         let work = works[record.work!]
-        if case .running = work.state.phase, work.state.callers.entries[record.slot].isOpen {
+        if case .running = work.state.phase, work.state.callers.entries[record.slot].caller.isOpen {
             callers[i].withdrew = hearing ?? .failure(reason.error)
         }
         switch machine.withdraw(work, slot: record.slot, reason: reason, hearing: hearing) {
@@ -423,12 +423,12 @@ private final class World {
         for (index, work) in works.enumerated() {
             guard case .running = work.state.phase else { continue }
             let waiting = callers.indices.filter {
-                callers[$0].work == index && work.state.callers.entries[callers[$0].slot].waits
+                callers[$0].work == index && work.state.callers.entries[callers[$0].slot].caller.waits
             }
             let expected = waiting.reduce(Self.floor) { $0.raised(to: urgency(of: $1)) }
-            if work.state.priority.target != expected {
+            if work.state.target != expected {
                 fail(
-                    "work \(index) asks \(work.state.priority.target) where its waiting callers \(waiting) ask \(expected) (Guarantee 19)"
+                    "work \(index) asks \(work.state.target) where its waiting callers \(waiting) ask \(expected) (Guarantee 19)"
                 )
             }
             if work.state.callers.live != waiting.count {
@@ -457,7 +457,7 @@ private final class World {
         // A list said to be on one queue (the scenarios' handlers are on none) is served whole: it
         // may hold only such handlers, and callers that had their last call.
         var onOneQueue = true
-        for (slot, caller) in callers.entries.enumerated() {
+        for (slot, caller) in callers.entries.map(\.caller).enumerated() {
             if caller.waits { live += 1 }
             switch caller {
             case .arriving, .owed, .held: unparked += 1
@@ -516,13 +516,15 @@ private final class World {
     static let hashedFields = [
         "WorkState": ["phase", "runner", "callers", "priority", "calls", "progress", "isPrefetch"],
         "Callers": ["entries", "queues", "live", "arrivals", "unparked"],
-        "PriorityState": ["demands", "floor", "applied", "risesOnly", "writer", "isFrozen"],
+        "Slot": ["caller", "demand"],
+        "PriorityState": ["floor", "applied", "risesOnly", "writer", "isFrozen"],
     ]
 
     /// The fields of `state` and its parts that ``hashedFields`` does not name.
     static func unhashedFields(of state: WorkState<Int>) -> [String] {
         let parts: [(String, Any)] = [
             ("WorkState", state), ("Callers", state.callers), ("PriorityState", state.priority),
+            ("Slot", Slot<Int>(.gone)),
         ]
         return parts.flatMap { name, part in
             Mirror(reflecting: part).children.compactMap(\.label).filter { !hashedFields[name]!.contains($0) }
@@ -540,9 +542,11 @@ private final class World {
         // The runner is the work's operation, the same in every copy: nothing to tell apart.
         h.combine([state.callers.live, state.callers.arrivals, state.callers.unparked])
         h.combine("\(state.callers.queues)")
-        for caller in state.callers.entries { combine(caller, into: &h) }
+        for slot in state.callers.entries {
+            combine(slot.caller, into: &h)
+            h.combine(slot.demand.map(code) ?? -1)
+        }
         let priority = state.priority
-        for demand in priority.demands { h.combine(demand.map(code) ?? -1) }
         h.combine([code(priority.floor), code(priority.applied)])
         h.combine([priority.risesOnly, priority.writer != nil, priority.isFrozen])
         for (slot, call) in state.calls.sorted(by: { $0.key < $1.key }) {

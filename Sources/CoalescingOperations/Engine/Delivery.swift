@@ -8,7 +8,8 @@ import Foundation
 /// Joined operations finish as they are collected: before the operation that ran the work, and
 /// before any handler runs.
 @usableFromInline struct Delivery<Value: Sendable> {
-    @usableFromInline typealias Handlers = ContiguousArray<Caller<Value>>
+    /// Slots of handlers: the callers' list itself, when it moves whole.
+    @usableFromInline typealias Handlers = ContiguousArray<Slot<Value>>
 
     @usableFromInline var inline: Handlers = []
     @usableFromInline var groups: ContiguousArray<(queue: OperationQueue, handlers: Handlers)> = []
@@ -28,15 +29,15 @@ import Foundation
             }
             return
         }
-        for caller in callers.entries { add(caller) }
+        for slot in callers.entries { add(slot.caller) }
     }
 
     @inlinable mutating func add(_ caller: Caller<Value>) {
         switch caller {
         case .handler(_, queue: nil):
-            inline.append(caller)
+            inline.append(Slot(caller))
         case .handler(_, queue: let queue?):
-            groups[group(for: queue)].handlers.append(caller)
+            groups[group(for: queue)].handlers.append(Slot(caller))
         case .operation(let operation):
             if let own = operation.finishJoined() { add(.handler(own, queue: operation.callBackQueue)) }
         case .parked(let continuation, _):
@@ -57,7 +58,9 @@ import Foundation
     }
 
     @inlinable static func serve(_ handlers: Handlers, with result: Result<Value, Error>) {
-        for case .handler(let handler, _) in handlers { handler(result) }
+        for slot in handlers {
+            if case .handler(let handler, _) = slot.caller { handler(result) }
+        }
     }
 
     @inlinable mutating func group(for queue: OperationQueue) -> Int {

@@ -88,7 +88,7 @@ import Foundation
         let slot = work.state.callers.add(caller)
         guard caller.waits else { return Joined(slot: slot) }
         var joined = Joined(slot: slot)
-        if let urgency { joined.raised = work.state.priority.demand(urgency, from: slot) }
+        if let urgency { joined.raised = work.state.demand(urgency, from: slot) }
         if let sink { joined.delivers = work.state.watch(sink, in: slot) }
         if case .arriving = caller { work.state.callers.unparked += 1 }
         work.state.callers.live += 1
@@ -120,7 +120,7 @@ import Foundation
         var reprioritizes = false
         var waited = true
         if let slot {
-            let caller = work.state.callers.entries[slot]
+            let caller = work.state.callers.entries[slot].caller
             // Late too: it heard, or is owed, its last call already.
             guard caller.isOpen else { return .late }
             waited = caller.waits
@@ -129,7 +129,7 @@ import Foundation
                 statistics.countDeparture(reason)
                 record(.callerWithdrawn(key: work.key, work: work.number, reason: reason))
             }
-            reprioritizes = work.state.priority.release(slot)
+            reprioritizes = work.state.release(slot)
             let heard = result ?? .failure(reason.error)
             let hearsNow = work.state.conclude(slot, with: heard, droppingProgress: true)
             if let hearsNow { told = Owed(caller: hearsNow, result: heard) }
@@ -148,17 +148,17 @@ import Foundation
     @inlinable mutating func park<Value>(
         _ work: Work<Key, Value>, _ continuation: UnsafeContinuation<Value, Error>, in slot: Int
     ) -> Parking<Value> {
-        switch work.state.callers.entries[slot] {
+        switch work.state.callers.entries[slot].caller {
         case .arriving(let consumes):
             work.state.callers.unparked -= 1
-            work.state.callers.entries[slot] = .parked(continuation, consumes: consumes)
+            work.state.callers.entries[slot].caller = .parked(continuation, consumes: consumes)
             return .waits
         case .owed(let result):
             switch work.state.phase {
             case .deciding:
                 // It hears at the settle, after the stop and the events (Guarantees 18 and 22);
                 // still counted as not parked, so that the settle looks at every slot.
-                work.state.callers.entries[slot] = .held(continuation, owed: result)
+                work.state.callers.entries[slot].caller = .held(continuation, owed: result)
                 return .waits
             case .running, .stored, .ended:
                 break
@@ -185,7 +185,7 @@ import Foundation
             return reported
         }
         work.state.progress = progress
-        for slot in work.state.calls.keys where work.state.callers.entries[slot].isOpen {
+        for slot in work.state.calls.keys where work.state.callers.entries[slot].caller.isOpen {
             work.state.calls[slot]!.latest = progress
             if !work.state.calls[slot]!.busy {
                 work.state.calls[slot]!.busy = true
@@ -209,7 +209,7 @@ import Foundation
             return .last(last.caller, last.result)
         }
         call.busy = false
-        if work.state.callers.entries[slot].isOpen {
+        if work.state.callers.entries[slot].caller.isOpen {
             work.state.calls[slot] = call
         } else {
             work.state.calls[slot] = nil
@@ -281,7 +281,7 @@ import Foundation
             return settled
         }
         for slot in work.state.callers.entries.indices {
-            guard case .held(let continuation, let own) = work.state.callers.entries[slot] else {
+            guard case .held(let continuation, let own) = work.state.callers.entries[slot].caller else {
                 let caller = work.state.conclude(slot, with: result, droppingProgress: false)
                 if let caller { _ = settled.callers.add(caller) }
                 continue
@@ -367,11 +367,11 @@ import Foundation
     {
         guard let slot else { return .none }
         switch work.state.phase {
-        case .running where work.state.callers.entries[slot].waits:
+        case .running where work.state.callers.entries[slot].caller.waits:
             // Both, whatever the first returns: the old urgency goes, the new one comes.
-            let released = work.state.priority.release(slot)
+            let released = work.state.release(slot)
             var raised = false
-            if let urgency { raised = work.state.priority.demand(urgency, from: slot) }
+            if let urgency { raised = work.state.demand(urgency, from: slot) }
             return raised || released ? .write : .none
         case .running, .deciding, .stored, .ended:
             return .none
@@ -381,8 +381,8 @@ import Foundation
     /// Event: the waiting task in `slot` was escalated to `priority`; never for a caller that left.
     mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> PriorityAction {
         switch work.state.phase {
-        case .running where work.state.callers.entries[slot].waits:
-            let raised = work.state.priority.escalate(slot, to: priority)
+        case .running where work.state.callers.entries[slot].caller.waits:
+            let raised = work.state.escalate(slot, to: priority)
             return raised ? .write : .none
         case .running, .deciding, .stored, .ended:
             return .none
@@ -413,7 +413,7 @@ import Foundation
 
     /// Event: the writer asks what to write next; `done` lets go of the right to write.
     mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
-        let next = work.state.priority.target
+        let next = work.state.target
         switch work.state.phase {
         case .running where !work.state.priority.isFrozen && next != work.state.priority.applied:
             work.state.priority.applied = next

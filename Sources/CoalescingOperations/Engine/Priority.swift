@@ -60,12 +60,11 @@ import Foundation
     }
 }
 
-/// A work's priority: the most urgent waiting caller's, over the floor the app set on the
-/// operation, recomputed from the callers at each change (Guarantee 19). Part of the machine's
-/// state: changed only under the engine's lock.
+/// A work's priority, apart from what each caller asks for (``Slot/demand``): the floor the app
+/// set on the operation, what was last written, and who writes. The work's priority is the most
+/// urgent waiting caller's over the floor, recomputed from the slots at each change
+/// (Guarantee 19). Part of the work's state: changed only under the engine's lock.
 @usableFromInline struct PriorityState {
-    /// Each caller's urgency, by slot; nil for a caller that asks for none or left.
-    @usableFromInline var demands: ContiguousArray<Urgency?> = []
     @usableFromInline var floor: Urgency
     /// What was last written to whatever runs the work.
     @usableFromInline var applied: Urgency
@@ -79,39 +78,42 @@ import Foundation
     @inlinable init(floor: Urgency, risesOnly: Bool) {
         (self.floor, applied, self.risesOnly) = (floor, floor, risesOnly)
     }
+}
 
+extension WorkState {
     /// The priority the work should have.
     var target: Urgency {
-        demands.reduce(floor) { current, next in next.map(current.raised) ?? current }
+        var target = priority.floor
+        for slot in callers.entries {
+            if let demand = slot.demand { target = target.raised(to: demand) }
+        }
+        return target
     }
 
     /// The caller in `slot`, a task, was escalated to `task`: it asks for what it brought, raised
     /// to that, never less (Guarantee 19). Returns whether it raises the work.
     mutating func escalate(_ slot: Int, to task: TaskPriority) -> Bool {
-        guard !risesOnly else { return demand(Urgency(task), from: slot) }
+        guard !priority.risesOnly else { return demand(Urgency(task), from: slot) }
         let escalated = Urgency(serviceOf: task)
-        guard demands.indices.contains(slot), let brought = demands[slot] else {
-            return demand(escalated, from: slot)
-        }
+        guard let brought = callers.entries[slot].demand else { return demand(escalated, from: slot) }
         return demand(brought.raised(to: escalated), from: slot)
     }
 
     /// Records the urgency of the caller in `slot`; returns whether it raises the work.
     @usableFromInline mutating func demand(_ urgency: Urgency, from slot: Int) -> Bool {
-        if risesOnly {
-            floor = floor.raised(to: urgency)
+        if priority.risesOnly {
+            priority.floor = priority.floor.raised(to: urgency)
         } else {
-            while demands.count <= slot { demands.append(nil) }
-            demands[slot] = urgency
+            callers.entries[slot].demand = urgency
         }
-        return !isFrozen && applied.raised(to: urgency) != applied
+        return !priority.isFrozen && priority.applied.raised(to: urgency) != priority.applied
     }
 
     /// Forgets the urgency of the caller in `slot`; returns whether the work must follow: only a
     /// caller holding up one of the work's knobs lowers it by leaving.
     mutating func release(_ slot: Int) -> Bool {
-        guard demands.indices.contains(slot), let released = demands[slot] else { return false }
-        demands[slot] = nil
-        return !isFrozen && released.holdsUp(applied)
+        guard let released = callers.entries[slot].demand else { return false }
+        callers.entries[slot].demand = nil
+        return !priority.isFrozen && released.holdsUp(priority.applied)
     }
 }

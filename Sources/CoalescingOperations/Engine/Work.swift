@@ -91,7 +91,7 @@ import Foundation
         _ continuation: UnsafeContinuation<Value, Error>, in slot: Int, owed result: Result<Value, Error>
     ) -> Bool {
         callers.unparked -= 1
-        callers.entries[slot] = .parked(continuation, consumes: false)
+        callers.entries[slot].caller = .parked(continuation, consumes: false)
         let caller = conclude(slot, with: result, droppingProgress: true)
         return caller != nil
     }
@@ -103,16 +103,16 @@ import Foundation
     @usableFromInline mutating func conclude(_ slot: Int, with result: Result<Value, Error>, droppingProgress: Bool)
         -> Caller<Value>?
     {
-        let caller = callers.entries[slot]
+        let caller = callers.entries[slot].caller
         switch caller {
         case .owed, .gone, .held:
             return nil
         case .arriving:
-            callers.entries[slot] = .owed(result)
+            callers.entries[slot].caller = .owed(result)
             if droppingProgress { calls[slot]?.latest = nil }
             return nil
         case .handler, .operation, .parked:
-            callers.entries[slot] = .gone
+            callers.entries[slot].caller = .gone
             guard !calls.isEmpty, var call = calls[slot] else { return caller }
             guard call.busy else {
                 calls[slot] = nil
@@ -176,7 +176,7 @@ import Foundation
 /// list itself. The counts restate the slots, kept so that no event scans them; the explorer
 /// checks that they agree.
 @usableFromInline struct Callers<Value: Sendable> {
-    @usableFromInline var entries: ContiguousArray<Caller<Value>> = []
+    @usableFromInline var entries: ContiguousArray<Slot<Value>> = []
     @usableFromInline var queues = Queues.none
     /// Callers waiting now.
     @usableFromInline var live = 0
@@ -205,18 +205,31 @@ import Foundation
             // Work that one caller joins often draws a crowd: grow once, not at every doubling.
             entries.reserveCapacity(16)
         }
-        entries.append(caller)
+        entries.append(Slot(caller))
         return entries.count - 1
     }
 
     /// Whether a consumer of a prefetch still waits: the value is then its, not stored.
     @usableFromInline var hasConsumer: Bool {
         entries.contains {
-            switch $0 {
+            switch $0.caller {
             case .arriving(consumes: true), .parked(_, consumes: true): true
             default: false
             }
         }
+    }
+}
+
+/// One caller's place in a work: where it stands, and the urgency it asks for. A slot stays 32
+/// bytes (the caller's progress, which few ask for, is kept apart in ``WorkState/calls``).
+@usableFromInline struct Slot<Value: Sendable> {
+    @usableFromInline var caller: Caller<Value>
+    /// What it asks for of the work's priority; nil when it asks for nothing, or has left. A task
+    /// coalescer's work only ever rises, so its slots keep none (``PriorityState/risesOnly``).
+    @usableFromInline var demand: Urgency?
+
+    @inlinable init(_ caller: Caller<Value>) {
+        self.caller = caller
     }
 }
 
