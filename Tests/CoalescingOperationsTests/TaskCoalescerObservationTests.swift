@@ -117,6 +117,43 @@ final class TaskCoalescerObservationTests: XCTestCase {
 
     // MARK: Guarantee 22: events
 
+    /// A consumer that takes a stored value is one of its work's callers: it hears after the
+    /// observer has heard of the work's end, also while another thread is still delivering the
+    /// events and the end waits behind them (found by the machine's explorer, issue 34).
+    func testAConsumerTakesAStoredValueOnlyAfterTheObserverHeardTheWorkEnd() async throws {
+        let order = LockedBox<[String]>([])
+        let delivering = Gate()
+        let resume = Gate()
+        let coalescer = PrefetchableTaskCoalescer<String, Int>(prefetchTimeout: .seconds(3600)) { event in
+            guard case .workEnded(let key, _, _, _, _, _) = event else { return }
+            order.mutate { $0.append("\(key) ended") }
+            if key == "other" {
+                delivering.open()
+                _ = resume.wait()
+            }
+        }
+        let (stored, other) = (AsyncGate(), AsyncGate())
+        let (feedRuns, otherRuns) = (Counter(), Counter())
+        let prefetch = Task { try await coalescer.prefetch(key: "feed", operation: gated(stored, feedRuns)) }
+        let held = Task { try? await coalescer.value(key: "other", operation: gated(other, otherRuns)) }
+        await waitUntil("both works run") { feedRuns.current == 1 && otherRuns.current == 1 }
+        // This thread delivers the other work's end, and stays in the observer.
+        DispatchQueue.global().async { coalescer.cancel(key: "other") }
+        XCTAssertTrue(delivering.wait())
+        stored.open()
+        await waitUntil("the prefetch ended") { coalescer.statistics.workSucceeded == 1 }
+        let consumer = Task {
+            let value = try await coalescer.value(key: "feed") { -1 }
+            order.mutate { $0.append("consumer heard \(value)") }
+        }
+        await waitUntil("the consumer took the value") { coalescer.statistics.callersServed == 2 }
+        resume.open()
+        try await consumer.value
+        try await prefetch.value
+        _ = await held.value
+        XCTAssertEqual(order.value, ["other ended", "feed ended", "consumer heard 1"])
+    }
+
     func testEveryEventOfOneWorkNamesItsNumberAndTheWorkReadsTheSame() async throws {
         let log = EventLog()
         let coalescer = InFlightTaskCoalescer<String, Int?>(observer: log.observer)

@@ -393,6 +393,13 @@ import Foundation
         if observer != nil { deliverRecordedEvents() }
     }
 
+    /// Returns once the events recorded so far are delivered: here, or by the thread already
+    /// delivering them, which resumes this caller right after them.
+    @usableFromInline func afterRecordedEvents() async {
+        guard observer != nil else { return }
+        await withUnsafeContinuation { continuation in deliverRecordedEvents { continuation.resume() } }
+    }
+
     /// Delivers the events; `settle`, a work's end, runs right after the events recorded before
     /// it: here, or on the thread already delivering.
     @usableFromInline func deliverRecordedEvents(then settle: (@Sendable () -> Void)? = nil) {

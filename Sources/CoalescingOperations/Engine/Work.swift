@@ -67,7 +67,7 @@ import Foundation
     /// The priority: see Priority.swift.
     @usableFromInline var priority: PriorityState
     /// The callers that asked for progress, by slot: empty, and free, when none did. Apart from
-    /// the callers' list, which is handed whole to the delivery when nobody asked.
+    /// the slots, which few of them would fill, so that a slot stays small.
     @usableFromInline var calls: [Int: Call<Value>] = [:]
     /// The latest progress the work reported, for callers who join later.
     @usableFromInline var progress: WorkProgress?

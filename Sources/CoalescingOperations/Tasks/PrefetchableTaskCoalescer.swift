@@ -102,7 +102,11 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
         switch arrival {
         case .joins(let work, let joined), .starts(let work, let joined):
             return try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
-        case .taken(let value): return value
+        case .taken(let value):
+            // The work's end is reported before its callers hear (Guarantee 22), a consumer that
+            // takes its stored value too, even while another thread delivers the events.
+            await engine.afterRecordedEvents()
+            return value
         case .alreadyStored: preconditionFailure("PrefetchableTaskCoalescer: a consumer was told to do nothing")
         }
     }
