@@ -26,7 +26,7 @@ public enum DatabaseUnavailablePolicy: Sendable, Equatable {
 /// What a ``PostgresCoalescer`` keeps in the database, and how long it waits for it.
 ///
 /// How the coalescer connects is not here: it uses a `PostgresClient`, the app's own or one it
-/// creates from a URL (``PostgresCoalescer/init(url:maximumConnections:configuration:logger:observer:)``).
+/// creates from a URL (``PostgresCoalescer/init(url:maximumConnections:configuration:logger:observer:clock:)``).
 public struct PostgresCoalescerConfiguration: Sendable {
     /// The mailbox table, whose name also names its sequence (`<table>_seq`) and the notification
     /// channel. Any name PostgreSQL accepts as an identifier of at most 59 bytes, without a double
@@ -56,8 +56,10 @@ public struct PostgresCoalescerConfiguration: Sendable {
     /// that it takes over from a leader that died or was cut off without a word (Guarantee 30). A
     /// leader that ends or gives up says so at once; this bounds only the silent case.
     public var takeOverInterval: Duration
-    /// How often the session connection proves it is alive. A session that does not answer within
-    /// twice this (at least one second) is closed and counts as lost, with every lock it held.
+    /// How often the session connection proves it is alive, when it has nothing else to say: a
+    /// statement every this often keeps proxies and NAT from closing it. A session whose statement
+    /// goes unanswered for ``connectTimeout`` is closed and counts as lost, with every lock it
+    /// held; its steps wait for the next session (a slow statement is not an outage).
     public var keepAliveInterval: Duration
 
     /// A configuration with the defaults: table `coalescing_mailbox`, created by the coalescer,

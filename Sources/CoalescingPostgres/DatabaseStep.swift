@@ -60,7 +60,7 @@ struct DatabaseStep: Sendable {
     /// What a step finds: another process's value, or the key's lock, to run the work.
     private enum Found<Value> {
         case served(Value)
-        case lead(Session.LockAnswer, tookOver: Bool)
+        case lead(LockAnswer, tookOver: Bool)
     }
 
     /// Registers the step, then asks for the lock and waits for news until it has a value or the lock.
@@ -88,13 +88,7 @@ struct DatabaseStep: Sendable {
             }
             if let release = news.release, let attempted, release.position > attempted { mustAsk = true }
             if mustAsk {
-                let answer: Session.LockAnswer
-                do {
-                    // Twice the session's own bound, so that a session that cannot connect says why first.
-                    answer = try await session.tryLock(lock, key: key, within: configuration.connectTimeout * 2)
-                } catch is SessionLost {
-                    continue
-                }
+                let answer = try await session.tryLock(lock, key: key)
                 if after == nil { after = answer.sequence }
                 let heard = session.news(for: registration)
                 let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
@@ -121,7 +115,7 @@ struct DatabaseStep: Sendable {
     // MARK: - Leading
 
     private func lead<Value: Codable & Sendable>(
-        key: String, lock: Int64, answer: Session.LockAnswer, tookOver: Bool,
+        key: String, lock: Int64, answer: LockAnswer, tookOver: Bool,
         operation: @Sendable () async throws -> Value
     ) async throws -> Value {
         recorder.record(.ranHere(key: key, tookOver: tookOver)) {
@@ -134,14 +128,26 @@ struct DatabaseStep: Sendable {
             session.unlock(lock, .abandoned, generation: answer.generation)
             throw error
         }
+        var publication = Publication(
+            result, key: key, lock: lock, started: answer.sequence, generation: answer.generation,
+            limit: configuration.maximumValueBytes, recorder: recorder)
+        if publication.inline.isEmpty {
+            // Too large to travel in a notification: written on a pooled connection first, so that
+            // no statement of the session grows with a value.
+            do {
+                publication.sequence = try await Mailbox(configuration: configuration).store(
+                    publication, client: client, logger: recorder.logger)
+            } catch {
+                session.notPublished([publication], CoalescingPostgresError(error))
+                session.unlock(lock, .abandoned, generation: answer.generation)
+                return try result.get()
+            }
+        }
         // This process's callers have their result now; the others hear it when the session has
-        // published it, with other leaders' results, and released the lock (a graceful shutdown
+        // announced it, with other leaders' results, and released the lock (a graceful shutdown
         // waits for it). A caller of this process that arrives meanwhile waits for the same
         // publication, as another process's would.
-        session.publishAndRelease(
-            Publication(
-                result, key: key, lock: lock, started: answer.sequence, generation: answer.generation,
-                limit: configuration.maximumValueBytes, recorder: recorder))
+        session.publishAndRelease(publication)
         return try result.get()
     }
 
@@ -151,7 +157,7 @@ struct DatabaseStep: Sendable {
     /// holds an older result (gone from the table) or, for a forgetting step, one that started
     /// before `after`.
     private func served<Value: Decodable>(
-        key: String, result: Session.Heard, after: Int64?,
+        key: String, result: Heard, after: Int64?,
         since arrived: ContinuousClock.Instant
     ) async throws -> Value? {
         let keyBytes = Data(key.utf8)
@@ -219,7 +225,7 @@ struct DatabaseStep: Sendable {
 
 /// What a leader hands the session: its result, encoded, to publish for the other processes before
 /// its lock is released.
-struct Publication: Sendable {
+struct Publication: Sendable, Hashable {
     static let threw: Int16 = 1
     static let tooLarge: Int16 = 2
     /// A notification's payload is at most 8000 bytes; a small value travels in it, so that the
@@ -230,6 +236,9 @@ struct Publication: Sendable {
     let key: String
     let started: Int64
     let generation: Int
+    /// The row's sequence value once the result is written to the table; 0 for a result that
+    /// travels in its notification, which the session numbers as it sends it.
+    var sequence: Int64 = 0
     let value: Data?
     /// 0 for a value, `threw` or `tooLarge` for a failure.
     let failureKind: Int16
@@ -275,6 +284,14 @@ struct Publication: Sendable {
         } else {
             inline = ""
         }
+    }
+
+    /// The notification: `<lock> <sequence> <started>`, then ` <key in hex> <value as JSON>` when the
+    /// value travels in it. A result in the table is numbered by its row; one that travels, by its
+    /// run's start, which orders it after every earlier result of its lock as well, since the runs
+    /// of a lock never overlap and a run starts after the last one's row was written.
+    var payload: String {
+        "\(lock) \(sequence == 0 ? started : sequence) \(started)\(inline)"
     }
 
     /// A key's bytes in hex: how a notification names the key of the value it carries.

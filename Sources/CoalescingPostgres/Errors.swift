@@ -4,7 +4,7 @@ import PostgresNIO
 
 /// Why a caller of a ``PostgresCoalescer`` heard no value, beyond what any coalescer throws
 /// (the work's own error, `CancellationError`, `CoalescingError.timedOut`).
-public enum CoalescingPostgresError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum CoalescingPostgresError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The database could not be reached (refused, restarting, shutting down, no answer within
     /// ``PostgresCoalescerConfiguration/connectTimeout``), with ``DatabaseUnavailablePolicy/fail``;
     /// the message says which.

@@ -33,7 +33,7 @@ import ServiceLifecycle
 /// The coalescer is a `Service` of swift-service-lifecycle: ``run()`` keeps its session, and its
 /// client when it made one, until a graceful shutdown, which lets the work this process runs finish
 /// and publish first. Add it to the app's `ServiceGroup`, beside the app's `PostgresClient` when it
-/// runs on that one (``init(client:configuration:logger:observer:)``).
+/// runs on that one (``init(client:configuration:logger:observer:clock:)``).
 ///
 /// Callers in one process join an ``InFlightTaskCoalescer`` first, so a process holds at most one
 /// database step per key; the steps of every key share one session connection, which listens for
@@ -75,15 +75,19 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
     ///     locks and database errors.
     ///   - observer: Receives every ``PostgresCoalescingEvent``, on the thread that made the step,
     ///     the in-process coalescer's events included as ``PostgresCoalescingEvent/local(_:)``.
+    ///   - clock: The clock the coalescer's time runs on: callers' timeouts, the session's
+    ///     deadlines, keep-alives and take-over checks. The default, the continuous clock, is the
+    ///     wall's.
     /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for a table name PostgreSQL
     ///   cannot take, a maximum value size out of range or a duration that is not positive.
-    public convenience init(
+    public convenience init<C: Clock>(
         client: PostgresClient,
         configuration: PostgresCoalescerConfiguration = PostgresCoalescerConfiguration(),
         logger: Logger = Logger(label: "CoalescingPostgres"),
-        observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
-    ) throws {
-        try self.init(client: client, owned: false, configuration, logger, observer)
+        observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil,
+        clock: C = ContinuousClock()
+    ) throws where C.Duration == Duration {
+        try self.init(client: client, owned: false, configuration, logger, observer, clock)
     }
 
     /// Creates a coalescer with a client of its own, from a URL such as a `DATABASE_URL`
@@ -96,17 +100,19 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
     ///   - maximumConnections: The most connections this process opens, the session included; at
     ///     least 2.
     ///   - configuration: The table, the policy while the database is unreachable, the limits.
-    ///   - logger: As for ``init(client:configuration:logger:observer:)``, and the client's own.
-    ///   - observer: As for ``init(client:configuration:logger:observer:)``.
+    ///   - logger: As for ``init(client:configuration:logger:observer:clock:)``, and the client's own.
+    ///   - observer: As for ``init(client:configuration:logger:observer:clock:)``.
+    ///   - clock: As for ``init(client:configuration:logger:observer:clock:)``.
     /// - Throws: ``CoalescingPostgresError/invalidConfiguration(_:)`` for a URL it cannot use,
     ///   fewer than 2 connections, or a configuration as above.
-    public convenience init(
+    public convenience init<C: Clock>(
         url: String,
         maximumConnections: Int = 4,
         configuration: PostgresCoalescerConfiguration = PostgresCoalescerConfiguration(),
         logger: Logger = Logger(label: "CoalescingPostgres"),
-        observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil
-    ) throws {
+        observer: (@Sendable (PostgresCoalescingEvent) -> Void)? = nil,
+        clock: C = ContinuousClock()
+    ) throws where C.Duration == Duration {
         guard maximumConnections >= 2 else {
             throw CoalescingPostgresError.invalidConfiguration(
                 "maximumConnections must be at least 2: the session and one more")
@@ -115,22 +121,22 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
         clientConfiguration.options.maximumConnections = maximumConnections
         clientConfiguration.options.connectTimeout = configuration.connectTimeout
         let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
-        try self.init(client: client, owned: true, configuration, logger, observer)
+        try self.init(client: client, owned: true, configuration, logger, observer, clock)
     }
 
-    private init(
+    private init<C: Clock>(
         client: PostgresClient, owned: Bool, _ configuration: PostgresCoalescerConfiguration, _ logger: Logger,
-        _ observer: (@Sendable (PostgresCoalescingEvent) -> Void)?
-    ) throws {
+        _ observer: (@Sendable (PostgresCoalescingEvent) -> Void)?, _ clock: C
+    ) throws where C.Duration == Duration {
         self.configuration = try configuration.validated()
         self.client = client
         ownsClient = owned
         recorder = StepRecorder(logger: logger, observer: observer)
-        session = Session(configuration: self.configuration, recorder: recorder)
+        session = Session(configuration: self.configuration, recorder: recorder, clock: SessionClock(clock))
         step = DatabaseStep(configuration: self.configuration, session: session, client: client, recorder: recorder)
         let localObserver: (@Sendable (CoalescingEvent<LocalKey>) -> Void)? =
             if let observer { { observer(.local($0.map(\.key))) } } else { nil }
-        local = InFlightTaskCoalescer(observer: localObserver)
+        local = InFlightTaskCoalescer(observer: localObserver, clock: clock)
     }
 
     /// Keeps the coalescer's session (and its client, when it made one) until the task is
