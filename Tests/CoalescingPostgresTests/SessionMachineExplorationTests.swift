@@ -92,23 +92,24 @@ final class SessionMachineExplorationTests: XCTestCase {
         var frontier: [(World, [String])] = [(first, [])]
         var terminal = 0
         while let (world, trace) = frontier.popLast() {
-            let moves = self.moves(world, scenario)
-            if moves.isEmpty {
-                terminal += 1
-                checkEnd(world, trace)
-            }
-            for (label, move) in moves {
+            // A state that no move changes is an end: a statement loop that only waits counts.
+            var ends = true
+            for (label, move) in moves(world, scenario) {
                 var next = world
                 var failures: [String] = []
-                if next.serving != nil, !next.closed { next.lastLive = next.now }
                 move(&next, &failures)
+                if next.serving != nil, !next.closed { next.lastLive = next.now }
+                if next != world { ends = false }
                 checkAlways(next, &failures)
                 if !failures.isEmpty {
                     XCTFail("\(name): \(failures.joined(separator: "; "))\n" + (trace + [label]).joined(separator: "\n"))
                     return
                 }
                 if seen.insert(next).inserted { frontier.append((next, trace + [label])) }
-                if seen.count % 100_000 == 0 { print("  \(name): \(seen.count) states, \(frontier.count) to explore") }
+            }
+            if ends {
+                terminal += 1
+                checkEnd(world, trace)
             }
         }
         print("SessionMachineExplorationTests \(name): \(seen.count) states, \(terminal) ends")
