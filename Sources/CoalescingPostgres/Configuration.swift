@@ -57,14 +57,20 @@ public struct PostgresCoalescerConfiguration: Sendable {
     /// leader that ends or gives up says so at once; this bounds only the silent case.
     public var takeOverInterval: Duration
     /// How often the session connection proves it is alive, when it has nothing else to say: a
-    /// statement every this often keeps proxies and NAT from closing it. A session whose statement
-    /// goes unanswered for ``connectTimeout`` is closed and counts as lost, with every lock it
-    /// held; its steps wait for the next session (a slow statement is not an outage).
+    /// statement every this often keeps proxies and NAT from closing it, and lets
+    /// ``silentSessionTimeout`` see a network gone silent.
     public var keepAliveInterval: Duration
+    /// How long a statement of the session may go unanswered before the session is closed and
+    /// counts as lost, with every lock it held; its steps then wait for the next session. Until
+    /// then a statement is slow, not lost: a stall of the database's backend, of another process
+    /// that holds up the commits of notifications, or of a busy machine is waited out. A lock
+    /// request waits at most this plus ``connectTimeout`` for its answer, across sessions.
+    public var silentSessionTimeout: Duration
 
     /// A configuration with the defaults: table `coalescing_mailbox`, created by the coalescer,
     /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 5 s to reach
-    /// the database, take-over checks every 500 ms, a keep-alive every 500 ms.
+    /// the database, take-over checks every 500 ms, a keep-alive every 500 ms, and 5 s before a
+    /// silent session counts as lost.
     public init() {
         table = "coalescing_mailbox"
         createsTable = true
@@ -74,6 +80,7 @@ public struct PostgresCoalescerConfiguration: Sendable {
         connectTimeout = .seconds(5)
         takeOverInterval = .milliseconds(500)
         keepAliveInterval = .milliseconds(500)
+        silentSessionTimeout = .seconds(5)
     }
 
     /// The statements that create the table and its sequence, for a migration tool that runs them
@@ -120,10 +127,11 @@ public struct PostgresCoalescerConfiguration: Sendable {
         guard maximumValueBytes > 0, maximumValueBytes < 1 << 30 else {
             throw CoalescingPostgresError.invalidConfiguration("maximumValueBytes must be between 1 byte and 1 GB")
         }
-        let durations = [connectTimeout, takeOverInterval, keepAliveInterval, resultRetention]
+        let durations = [connectTimeout, takeOverInterval, keepAliveInterval, silentSessionTimeout, resultRetention]
         guard durations.allSatisfy({ $0 > .zero }) else {
             throw CoalescingPostgresError.invalidConfiguration(
-                "connectTimeout, takeOverInterval, keepAliveInterval and resultRetention must be positive")
+                "connectTimeout, takeOverInterval, keepAliveInterval, silentSessionTimeout and resultRetention must be "
+                    + "positive")
         }
         return self
     }

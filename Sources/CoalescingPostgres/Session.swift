@@ -46,8 +46,9 @@ final class Session: Sendable {
         machine = NIOLockedValueBox(
             Machine(
                 settings: .init(
-                    connectTimeout: configuration.connectTimeout, takeOverInterval: configuration.takeOverInterval,
-                    keepAliveInterval: configuration.keepAliveInterval)))
+                    connectTimeout: configuration.connectTimeout, silenceTimeout: configuration.silentSessionTimeout,
+                    takeOverInterval: configuration.takeOverInterval, keepAliveInterval: configuration.keepAliveInterval
+                )))
         (kicks, kick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -92,7 +93,8 @@ final class Session: Sendable {
     /// Asks for the key's lock without waiting for it; answers once the notifications committed
     /// before the answer have been heard. The request waits for a session when there is none, and
     /// is asked again on the next one when its session is lost, all within its one deadline
-    /// (twice ``PostgresCoalescerConfiguration/connectTimeout``).
+    /// (``PostgresCoalescerConfiguration/silentSessionTimeout`` and
+    /// ``PostgresCoalescerConfiguration/connectTimeout``).
     ///
     /// - Parameters:
     ///   - lock: The key's lock.
@@ -216,7 +218,8 @@ final class Session: Sendable {
         connection.closeFuture.whenComplete { [weak self] _ in
             self?.end(generation, .databaseUnavailable("the session's connection closed"))
         }
-        switch machine.withLockedValue({ [now = clock.now()] in $0.connected(generation, connection: connection, now: now) }) {
+        let now = clock.now()
+        switch machine.withLockedValue({ $0.connected(generation, connection: connection, now: now) }) {
         case .leave:
             return await leave(connection)
         case .ready(let answeredAgain):
@@ -383,14 +386,14 @@ final class Session: Sendable {
     private func ticking() async {
         let interval = min(
             configuration.takeOverInterval, configuration.keepAliveInterval, configuration.connectTimeout / 4,
-            .milliseconds(100))
+            configuration.silentSessionTimeout / 4, .milliseconds(100))
         while (try? await clock.sleep(interval)) != nil {
             let now = clock.now()
             let ticked = machine.withLockedValue { $0.tick(now: now) }
             for (answerer, error) in ticked.answers { answerer.resume(throwing: error) }
             if let silent = ticked.close {
                 recorder.logger.warning(
-                    "the session's statement went unanswered for \(configuration.connectTimeout); closing it")
+                    "the session's statement went unanswered for \(configuration.silentSessionTimeout); closing it")
                 silent.close().whenComplete { _ in }
             }
             for waker in ticked.wake { waker.yield(.tick) }

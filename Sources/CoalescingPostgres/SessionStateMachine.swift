@@ -11,14 +11,18 @@
 ///
 /// Slow is not down: a lost session, a refused connection or a slow statement make requests wait
 /// for the next session, within their own deadlines; only a database that gives no session within
-/// ``Settings/connectTimeout`` is unavailable.
+/// ``Settings/connectTimeout`` is unavailable. A statement is slow, not lost, until
+/// ``Settings/silenceTimeout``.
 struct SessionStateMachine<Connection, Answerer, Waker> {
     struct Settings: Hashable {
         var connectTimeout: Duration
+        /// How long a statement of the session may go unanswered before the session counts as lost.
+        var silenceTimeout: Duration
         var takeOverInterval: Duration
         var keepAliveInterval: Duration
-        /// How long a lock request may wait for its answer, across sessions.
-        var requestLimit: Duration { connectTimeout * 2 }
+        /// How long a lock request may wait for its answer, across sessions: a statement as slow as
+        /// the session may be, then a session had again.
+        var requestLimit: Duration { silenceTimeout + connectTimeout }
     }
 
     /// The session connection's life.
@@ -264,7 +268,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
     struct Ticked {
         /// Requests past their deadlines, and those refused because no session could be had.
         var answers: [(Answerer, CoalescingPostgresError)] = []
-        /// A session whose statement has gone unanswered for ``Settings/connectTimeout``: close it.
+        /// A session whose statement has gone unanswered for ``Settings/silenceTimeout``: close it.
         var close: Connection?
         /// Waiting steps, to ask for their locks again: a leader that died says nothing.
         var wake: [Waker] = []
@@ -292,7 +296,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             life = .down(attempt, error)
             ticked.answers += refuseWaiting(error)
         case .ready(let live), .draining(let live):
-            if let since = live.statement.since, now - since >= settings.connectTimeout {
+            if let since = live.statement.since, now - since >= settings.silenceTimeout {
                 ticked.close = live.connection
             }
             if now - lastKeepAlive >= settings.keepAliveInterval {

@@ -29,7 +29,8 @@ final class SessionMachineExplorationTests: XCTestCase {
     typealias Machine = SessionStateMachine<Int, Int, Int>
 
     static let settings = Machine.Settings(
-        connectTimeout: .seconds(1), takeOverInterval: .seconds(1), keepAliveInterval: .seconds(1))
+        connectTimeout: .seconds(1), silenceTimeout: .seconds(1), takeOverInterval: .seconds(1),
+        keepAliveInterval: .seconds(1))
     /// Time moves a second a tick; past this, only events that take no time remain.
     static let horizon = Duration.seconds(3)
 
@@ -102,7 +103,8 @@ final class SessionMachineExplorationTests: XCTestCase {
                 if next != world { ends = false }
                 checkAlways(next, &failures)
                 if !failures.isEmpty {
-                    XCTFail("\(name): \(failures.joined(separator: "; "))\n" + (trace + [label]).joined(separator: "\n"))
+                    XCTFail(
+                        "\(name): \(failures.joined(separator: "; "))\n" + (trace + [label]).joined(separator: "\n"))
                     return
                 }
                 if seen.insert(next).inserted { frontier.append((next, trace + [label])) }
@@ -120,157 +122,228 @@ final class SessionMachineExplorationTests: XCTestCase {
     private func moves(_ world: World, _ scenario: Scenario) -> [(String, Move)] {
         var moves: [(String, Move)] = []
         if !world.started {
-            moves.append(("run() starts", { world, _ in
-                world.started = true
-                world.reconnectDue = true
-                world.lastLive = world.now
-            }))
+            moves.append(
+                (
+                    "run() starts",
+                    { world, _ in
+                        world.started = true
+                        world.reconnectDue = true
+                        world.lastLive = world.now
+                    }
+                ))
         }
         for index in world.steps.indices {
             let step = world.steps[index]
             if step.request == nil, step.leads == nil, step.asked < Self.asks {
-                moves.append(("step \(index) asks for lock \(step.lock)", { world, failures in
-                    let id = world.machine.reserveID()
-                    world.askedAt[id] = world.now
-                    world.steps[index].asked += 1
-                    world.steps[index].request = id
-                    switch world.machine.request(id, lock: step.lock, key: "k\(index)", answerer: id, now: world.now) {
-                    case .queued:
-                        break
-                    case .refused(let answerer, let error):
-                        Self.answer(&world, answerer, .failure(error), &failures)
-                    }
-                }))
+                moves.append(
+                    (
+                        "step \(index) asks for lock \(step.lock)",
+                        { world, failures in
+                            let id = world.machine.reserveID()
+                            world.askedAt[id] = world.now
+                            world.steps[index].asked += 1
+                            world.steps[index].request = id
+                            switch world.machine.request(
+                                id, lock: step.lock, key: "k\(index)", answerer: id, now: world.now)
+                            {
+                            case .queued:
+                                break
+                            case .refused(let answerer, let error):
+                                Self.answer(&world, answerer, .failure(error), &failures)
+                            }
+                        }
+                    ))
             }
             if let id = step.request {
-                moves.append(("step \(index) gives up", { world, failures in
-                    guard let answerer = world.machine.giveUp(id) else {
-                        return failures.append("step \(index)'s request vanished unanswered")
-                    }
-                    Self.answer(&world, answerer, .failure(.databaseUnavailable("cancelled")), &failures)
-                }))
+                moves.append(
+                    (
+                        "step \(index) gives up",
+                        { world, failures in
+                            guard let answerer = world.machine.giveUp(id) else {
+                                return failures.append("step \(index)'s request vanished unanswered")
+                            }
+                            Self.answer(&world, answerer, .failure(.databaseUnavailable("cancelled")), &failures)
+                        }
+                    ))
             }
             if let generation = step.leads, !step.publishing {
                 let lock = step.lock
-                moves.append(("step \(index) publishes", { world, _ in
-                    world.steps[index].publishing = true
-                    let publication = Publication(
-                        Result<String, any Error>.success("v"), key: "k\(index)", lock: lock, started: 1,
-                        generation: generation, limit: 100, recorder: StepRecorder(logger: .init(label: "x"), observer: nil))
-                    _ = world.machine.publish(publication)
-                }))
-                moves.append(("step \(index) abandons", { world, _ in
-                    world.steps[index].leads = nil
-                    _ = world.machine.unlock(lock, .abandoned, generation: generation)
-                }))
+                moves.append(
+                    (
+                        "step \(index) publishes",
+                        { world, _ in
+                            world.steps[index].publishing = true
+                            let publication = Publication(
+                                Result<String, any Error>.success("v"), key: "k\(index)", lock: lock, started: 1,
+                                generation: generation, limit: 100,
+                                recorder: StepRecorder(logger: .init(label: "x"), observer: nil))
+                            _ = world.machine.publish(publication)
+                        }
+                    ))
+                moves.append(
+                    (
+                        "step \(index) abandons",
+                        { world, _ in
+                            world.steps[index].leads = nil
+                            _ = world.machine.unlock(lock, .abandoned, generation: generation)
+                        }
+                    ))
             }
         }
         if world.started, world.reconnectDue, world.attempt == nil, world.serving == nil, !world.storageDone {
-            moves.append(("the storage asks for a session", { world, _ in
-                world.reconnectDue = false
-                switch world.machine.startConnecting(now: world.now) {
-                case .connect(let generation): world.attempt = generation
-                case .stop: world.storageDone = true
-                }
-            }))
+            moves.append(
+                (
+                    "the storage asks for a session",
+                    { world, _ in
+                        world.reconnectDue = false
+                        switch world.machine.startConnecting(now: world.now) {
+                        case .connect(let generation): world.attempt = generation
+                        case .stop: world.storageDone = true
+                        }
+                    }
+                ))
         }
         if let generation = world.attempt {
-            moves.append(("session \(generation) connects", { world, failures in
-                world.attempt = nil
-                switch world.machine.connected(generation, connection: generation, now: world.now) {
-                case .ready:
-                    world.serving = generation
-                    world.closed = false
-                    world.lastLive = world.now
-                case .leave:
-                    world.storageDone = true
-                }
-            }))
+            moves.append(
+                (
+                    "session \(generation) connects",
+                    { world, failures in
+                        world.attempt = nil
+                        switch world.machine.connected(generation, connection: generation, now: world.now) {
+                        case .ready:
+                            world.serving = generation
+                            world.closed = false
+                            world.lastLive = world.now
+                        case .leave:
+                            world.storageDone = true
+                        }
+                    }
+                ))
             if world.failedAttempts < 2 {
-                moves.append(("session \(generation) is refused", { world, failures in
-                    world.attempt = nil
-                    world.failedAttempts += 1
-                    Self.end(&world, generation, &failures)
-                }))
+                moves.append(
+                    (
+                        "session \(generation) is refused",
+                        { world, failures in
+                            world.attempt = nil
+                            world.failedAttempts += 1
+                            Self.end(&world, generation, &failures)
+                        }
+                    ))
             }
         }
         if let generation = world.serving {
             if world.running == nil {
-                moves.append(("the statement loop of \(generation) looks", { world, failures in
-                    let next = world.machine.nextStatement(generation, now: world.now)
-                    switch next {
-                    case .publish, .ask, .release: world.running = next
-                    case .wait: break
-                    case .leave:
-                        world.serving = nil
-                        world.held = [:]
-                        world.storageDone = true
-                    case .lost:
-                        Self.end(&world, generation, &failures)
-                    }
-                }))
+                moves.append(
+                    (
+                        "the statement loop of \(generation) looks",
+                        { world, failures in
+                            let next = world.machine.nextStatement(generation, now: world.now)
+                            switch next {
+                            case .publish, .ask, .release: world.running = next
+                            case .wait: break
+                            case .leave:
+                                world.serving = nil
+                                world.held = [:]
+                                world.storageDone = true
+                            case .lost:
+                                Self.end(&world, generation, &failures)
+                            }
+                        }
+                    ))
             }
             if let running = world.running, !world.closed {
-                moves.append(("the statement of \(generation) is answered", { world, failures in
-                    Self.answerStatement(&world, generation, running, &failures)
-                }))
+                moves.append(
+                    (
+                        "the statement of \(generation) is answered",
+                        { world, failures in
+                            Self.answerStatement(&world, generation, running, &failures)
+                        }
+                    ))
                 if case .release = running {
                 } else {
-                    moves.append(("the statement of \(generation) fails with an error of the database", { world, failures in
-                        if case .publish(let publications) = world.running {
-                            Self.published(&world, publications, generation)
-                        }
-                        world.running = nil
-                        let answered = world.machine.failed(generation, .databaseError(sqlState: "42P01", message: "x"))
-                        for (answerer, result) in answered.answers { Self.answer(&world, answerer, result, &failures) }
-                    }))
+                    moves.append(
+                        (
+                            "the statement of \(generation) fails with an error of the database",
+                            { world, failures in
+                                if case .publish(let publications) = world.running {
+                                    Self.published(&world, publications, generation)
+                                }
+                                world.running = nil
+                                let answered = world.machine.failed(
+                                    generation, .databaseError(sqlState: "42P01", message: "x"))
+                                for (answerer, result) in answered.answers {
+                                    Self.answer(&world, answerer, result, &failures)
+                                }
+                            }
+                        ))
                 }
             }
             if world.losses < 1, !world.closed {
-                moves.append(("session \(generation) closes (lost, or its watchdog)", { world, failures in
-                    world.losses += 1
-                    world.closed = true
-                    world.held = [:]
-                    // The close future's report; the loop learns it at its next statement.
-                    _ = Self.endReported(&world, generation, &failures)
-                    if world.running != nil {
-                        world.running = nil
-                        Self.end(&world, generation, &failures)
-                    }
-                }))
+                moves.append(
+                    (
+                        "session \(generation) closes (lost, or its watchdog)",
+                        { world, failures in
+                            world.losses += 1
+                            world.closed = true
+                            world.held = [:]
+                            // The close future's report; the loop learns it at its next statement.
+                            _ = Self.endReported(&world, generation, &failures)
+                            if world.running != nil {
+                                world.running = nil
+                                Self.end(&world, generation, &failures)
+                            }
+                        }
+                    ))
             }
         }
         if world.otherHolds.contains(1), !world.otherPublished {
-            moves.append(("another process publishes lock 1's result and releases it", { world, _ in
-                world.otherPublished = true
-                world.otherHolds.remove(1)
-                if let generation = world.serving, !world.closed {
-                    _ = world.machine.heard(.result(lock: 1, sequence: 9, started: 1, inline: nil), generation: generation)
-                    _ = world.machine.heard(.released(lock: 1, published: true), generation: generation)
-                }
-            }))
+            moves.append(
+                (
+                    "another process publishes lock 1's result and releases it",
+                    { world, _ in
+                        world.otherPublished = true
+                        world.otherHolds.remove(1)
+                        if let generation = world.serving, !world.closed {
+                            _ = world.machine.heard(
+                                .result(lock: 1, sequence: 9, started: 1, inline: nil), generation: generation)
+                            _ = world.machine.heard(.released(lock: 1, published: true), generation: generation)
+                        }
+                    }
+                ))
         }
         if world.started, world.now < Self.horizon {
-            moves.append(("a second passes", { world, failures in
-                world.now += .seconds(1)
-                let ticked = world.machine.tick(now: world.now)
-                for (answerer, error) in ticked.answers { Self.answer(&world, answerer, .failure(error), &failures) }
-                for (id, request) in world.machine.requests
-                where world.now >= world.askedAt[id]! + Self.settings.requestLimit {
-                    failures.append("request \(id) of lock \(request.lock) outlived its deadline")
-                }
-            }))
+            moves.append(
+                (
+                    "a second passes",
+                    { world, failures in
+                        world.now += .seconds(1)
+                        let ticked = world.machine.tick(now: world.now)
+                        for (answerer, error) in ticked.answers {
+                            Self.answer(&world, answerer, .failure(error), &failures)
+                        }
+                        for (id, request) in world.machine.requests
+                        where world.now >= world.askedAt[id]! + Self.settings.requestLimit {
+                            failures.append("request \(id) of lock \(request.lock) outlived its deadline")
+                        }
+                    }
+                ))
         }
         if !world.stopped {
-            moves.append(("the coalescer stops\(scenario.draining ? ", draining" : " at once")", { world, failures in
-                world.stopped = true
-                let stopped = world.machine.stop(draining: scenario.draining)
-                for (answerer, error) in stopped.answers { Self.answer(&world, answerer, .failure(error), &failures) }
-                if stopped.cancelAttempt, let generation = world.attempt {
-                    world.attempt = nil
-                    Self.end(&world, generation, &failures)
-                }
-            }))
+            moves.append(
+                (
+                    "the coalescer stops\(scenario.draining ? ", draining" : " at once")",
+                    { world, failures in
+                        world.stopped = true
+                        let stopped = world.machine.stop(draining: scenario.draining)
+                        for (answerer, error) in stopped.answers {
+                            Self.answer(&world, answerer, .failure(error), &failures)
+                        }
+                        if stopped.cancelAttempt, let generation = world.attempt {
+                            world.attempt = nil
+                            Self.end(&world, generation, &failures)
+                        }
+                    }
+                ))
         }
         return moves
     }
@@ -295,7 +368,8 @@ final class SessionMachineExplorationTests: XCTestCase {
             // Guarantee 34: unavailable only when no session could be had within connectTimeout.
             if world.now - world.lastLive < settings.connectTimeout {
                 failures.append(
-                    "request \(id) was told the database is unavailable \(world.now - world.lastLive) after a live session")
+                    "request \(id) was told the database is unavailable \(world.now - world.lastLive) after a live session"
+                )
             }
         case .failure:
             break
@@ -383,7 +457,8 @@ final class SessionMachineExplorationTests: XCTestCase {
                 failures.append("request \(id) is gone from the machine, unanswered")
             }
         }
-        for (lock, key) in world.machine.leaders where world.machine.isLive(world.serving ?? 0) && world.held[lock] == nil {
+        for (lock, key) in world.machine.leaders
+        where world.machine.isLive(world.serving ?? 0) && world.held[lock] == nil {
             failures.append("the machine counts \(key) leading lock \(lock), which the session does not hold")
         }
     }
