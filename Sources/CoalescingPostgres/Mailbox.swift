@@ -119,7 +119,38 @@ struct LockKey {
 extension PostgresConnection {
     /// Runs a statement whose rows, if any, do not matter, and waits for its end.
     func perform(_ query: PostgresQuery, logger: Logger) async throws {
-        _ = try await self.query(query, logger: logger).collect()
+        _ = try await rows(query, logger: logger)
+    }
+
+    /// A statement's rows, all of them, written from the connection's event loop and only while
+    /// its channel is open. PostgresNIO drops what is written to a channel that has closed (its
+    /// pipeline has lost the handler): the answer of a statement written then never comes. The
+    /// pool closes the session's connection when the client's `run()` is cancelled, at any point
+    /// of the session's life. On the event loop, an open channel stays open until the write has
+    /// reached the handler, which fails what is in flight when the channel closes.
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
+        try await eventLoop.flatSubmit {
+            guard !self.isClosed else {
+                return self.eventLoop.makeFailedFuture(
+                    CoalescingPostgresError.databaseUnavailable("the session's connection closed"))
+            }
+            return self.query(query, logger: logger).map(\.rows)
+        }.get()
+    }
+
+    /// Adds a listener as ``rows(_:logger:)`` writes a statement; throws if the channel has
+    /// closed, where the listener would be dropped, and trap ("Notification closure had not been
+    /// used").
+    func addListenerWhileOpen(
+        channel: String,
+        handler: @Sendable @escaping (PostgresListenContext, PostgresMessage.NotificationResponse) -> Void
+    ) async throws -> PostgresListenContext {
+        try await eventLoop.submit {
+            guard !self.isClosed else {
+                throw CoalescingPostgresError.databaseUnavailable("the session's connection closed")
+            }
+            return self.addListener(channel: channel, handler: handler)
+        }.get()
     }
 }
 

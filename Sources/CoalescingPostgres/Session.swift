@@ -208,7 +208,8 @@ final class Session: Sendable {
         if configuration.createsTable {
             try await Schema(configuration: configuration).create(on: connection, logger: logger)
         }
-        let listening = connection.addListener(channel: configuration.table) { [weak self] _, notification in
+        let listening = try await connection.addListenerWhileOpen(channel: configuration.table) {
+            [weak self] _, notification in
             self?.heard(notification.payload, generation: generation)
         }
         defer { listening.stop() }
@@ -267,17 +268,18 @@ final class Session: Sendable {
             // One request alone, the usual case but under load, in a statement that plans faster.
             let rows =
                 if locks.count == 1 {
-                    try await connection.query(
+                    try await connection.rows(
                         "SELECT pg_try_advisory_lock(\(locks[0])), nextval(\(sequence)::regclass)",
                         logger: recorder.logger)
                 } else {
-                    try await connection.query(
+                    try await connection.rows(
                         """
                         SELECT pg_try_advisory_lock(l.id), nextval(\(sequence)::regclass)
                         FROM unnest(\(locks)::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
                         """, logger: recorder.logger)
                 }
-            for try await (granted, sequence) in rows.decode((Bool, Int64).self) {
+            for row in rows {
+                let (granted, sequence) = try row.decode((Bool, Int64).self)
                 grants.append(Machine.Grant(granted: granted, sequence: sequence))
             }
         } catch {
