@@ -696,7 +696,7 @@ private final class World {
         if case .running = work.state.phase, work.state.callers.entries[record.slot].caller.isOpen {
             callers[i].withdrew = hearing ?? .failure(reason.error)
         }
-        switch machine.withdraw(work, slot: record.slot, reason: reason, hearing: hearing) {
+        switch machine.withdraw(work, slot: record.slot, reason: reason, hearing: hearing, at: .seconds(now)) {
         case .late:
             break
         case .left(let told, let reprioritizes):
@@ -714,6 +714,12 @@ private final class World {
     private func decide(_ work: Int, _ decided: Decided<Int>?, _ result: Result<Int, Error>, stores: Bool = false) {
         guard let decided else { return }
         self.decided[work] = true
+        // Measured on the clock from its start, however it ended: abandoned too (Guarantee 22).
+        let expected = works[work].startedAt.map { .seconds(now) - $0 } ?? .zero
+        for case .event(.workEnded(_, work + 1, _, _, _, let duration)) in machine.outbox!.pending
+        where duration != expected {
+            fail("work \(work) ended at \(now) s and reported a duration of \(duration), not \(expected) (Guarantee 22)")
+        }
         stepEnds.append(WorkOutcome(result))
         pending.append((work, result))
         if decided.stores != stores {

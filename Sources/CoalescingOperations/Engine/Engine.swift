@@ -128,7 +128,9 @@ import Foundation
     @usableFromInline func withdraw<Value>(
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) {
-        let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
+        // Read before locking, as for any end: abandoned work reports how long it ran.
+        let now = time()
+        let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result, at: now) }
         switch withdrawal {
         case .late:
             break

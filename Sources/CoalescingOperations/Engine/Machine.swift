@@ -104,9 +104,11 @@ import Foundation
     /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
     /// operation finished by hand) `result`. Nil `slot` stands for the operation that started the
     /// work with no caller of its own: it abandons the work only if nobody waits. When the last
-    /// caller leaves, the work follows its ``AbandonedWorkPolicy``.
+    /// caller leaves, the work follows its ``AbandonedWorkPolicy``, abandoned `now` on the
+    /// coalescer's clock if it keeps time.
     @usableFromInline mutating func withdraw<Value>(
-        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
+        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>?,
+        at now: Duration?
     ) -> Withdrawal<Value> {
         switch work.state.phase {
         case .running:
@@ -137,7 +139,7 @@ import Foundation
         guard waited, work.state.callers.live == 0, work.policy == .cancel else {
             return .left(told, reprioritizes: reprioritizes)
         }
-        let decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
+        let decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true, at: now)
         guard let decided else { preconditionFailure("Machine: work \(work.number) in flight was not decided") }
         return .abandoned(decided, told)
     }
