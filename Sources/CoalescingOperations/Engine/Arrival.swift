@@ -68,6 +68,7 @@ extension Machine where Key == OperationKey {
         at now: Duration?, claim: (Work<OperationKey, Value>, Int?) -> CoalescibleOperation<Value>.Taking
     ) -> Admitted<Value> {
         var admitted = Admitted<Value>()
+        var runsWork = false
         let taking: CoalescibleOperation<Value>.Taking
         if let work = inFlight(key, as: Value.self) {
             taking = claim(work, work.state.callers.entries.count)
@@ -95,8 +96,9 @@ extension Machine where Key == OperationKey {
             // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
             admitted.admission = runs ? .startedWork : .ignored
             admitted.queued = true
-        case .refused(let work?) where newcomer != nil:
+        case .refused(let work?, let runs) where newcomer != nil:
             if case .running = work.state.phase { admitted = Admitted(.joinedWork, Entry(work, nil)) }
+            runsWork = runs
         case .refused:
             break
         }
@@ -105,9 +107,10 @@ extension Machine where Key == OperationKey {
             if case .handler = newcomer.caller { admitted.refusesNewcomer = true }
             return admitted
         }
-        // Where the operation started the work, its priority is the work's floor, which the app may
-        // move: the newcomer asks only for what it brought itself (Guarantee 19).
-        let asked = entry.started ? newcomer.urgency : newcomer.asking(beside: urgency)
+        // Where the operation runs the work, started here or before, its priority is the work's
+        // floor, which the app may move, and its getters say what was last written: the newcomer
+        // asks only for what it brought itself (Guarantee 19).
+        let asked = entry.started || runsWork ? newcomer.urgency : newcomer.asking(beside: urgency)
         var joined = join(entry.work, newcomer.caller, asking: asked, watching: newcomer.sink)
         if entry.joined?.raised == true { joined.raised = true }
         admitted.entry = Entry(entry.work, joined, started: entry.started)

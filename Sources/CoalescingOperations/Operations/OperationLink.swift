@@ -31,9 +31,9 @@ extension CoalescibleOperation {
         /// Not fresh, and on no queue, so handed to the manager's queue now (admission only): it
         /// `runs` work of its own, or was decided before it was enqueued.
         case unqueued(runs: Bool)
-        /// Not fresh: nobody may take it. `work` is the work it runs or joined in this engine, if
-        /// any (admission only).
-        case refused(Work<OperationKey, Value>?)
+        /// Not fresh: nobody may take it. `work` is the work it runs (`runs`) or joined in this
+        /// engine, if any (admission only).
+        case refused(Work<OperationKey, Value>?, runs: Bool = false)
     }
 
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
@@ -60,7 +60,9 @@ extension CoalescibleOperation {
             let claimed = lifecycle.claimForQueue()
             if let runs = claimed { return .unqueued(runs: runs) }
             switch link {
-            case .runs(let owner, let work), .joined(let owner, let work, _):
+            case .runs(let owner, let work):
+                return .refused(owner === engine ? work : nil, runs: true)
+            case .joined(let owner, let work, _):
                 return .refused(owner === engine ? work : nil)
             case .fresh, .alone, .ended: return .refused(nil)
             }
