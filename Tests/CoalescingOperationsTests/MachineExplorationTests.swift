@@ -718,7 +718,9 @@ private final class World {
         let expected = works[work].startedAt.map { .seconds(now) - $0 } ?? .zero
         for case .event(.workEnded(_, work + 1, _, _, _, let duration)) in machine.outbox!.pending
         where duration != expected {
-            fail("work \(work) ended at \(now) s and reported a duration of \(duration), not \(expected) (Guarantee 22)")
+            fail(
+                "work \(work) ended at \(now) s and reported a duration of \(duration), not \(expected) "
+                    + "(Guarantee 22)")
         }
         stepEnds.append(WorkOutcome(result))
         pending.append((work, result))

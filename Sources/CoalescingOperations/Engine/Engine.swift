@@ -92,11 +92,15 @@ import Foundation
             case .starts(let work, let joined):
                 // Created under the lock, so that its end cannot overtake this arrival.
                 let task = startTask(for: work, name: name, priority: startPriority) { [self] in
+                    let stored: Decided<Value>?
                     do {
-                        end(work, with: .success(try await operation()))
+                        stored = endUnlessStored(work, with: .success(try await operation()))
                     } catch {
-                        end(work, with: .failure(error))
+                        stored = endUnlessStored(work, with: .failure(error))
                     }
+                    // Carried out once this task holds nothing of the value: the prefetchers hear
+                    // that it is stored, and nothing on their way keeps it (Guarantee 15).
+                    if let stored { carryOut(stored, of: work, with: .failure(StoredForAConsumer())) }
                 }
                 machine.assign(task, to: work)
                 return (arrival, Entry(work, joined, started: true))
@@ -149,6 +153,19 @@ import Foundation
     /// already decided.
     @inlinable func end<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false) {
         carryOut(decide(work, with: result, stopping: stopping), of: work, with: result)
+    }
+
+    /// Ends a task's `work` with `result`, unless it stores its value for a consumer: that end is
+    /// returned, to carry out once the caller has let go of the value.
+    @inlinable func endUnlessStored<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
+        -> Decided<Value>?
+    {
+        let decided = decide(work, with: result)
+        guard let decided, decided.stores else {
+            carryOut(decided, of: work, with: result)
+            return nil
+        }
+        return decided
     }
 
     /// The first half of an end: decides `work`'s result, unless it was decided already (nil).

@@ -149,7 +149,11 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
         case .joins(let work, let joined), .starts(let work, let joined):
-            _ = try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+            do {
+                _ = try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+            } catch is StoredForAConsumer {
+                // Stored: the value is the consumer's, and this prefetcher's job is done.
+            }
         case .alreadyStored: return
         case .taken: preconditionFailure("PrefetchableTaskCoalescer: a prefetcher took a stored result")
         }
