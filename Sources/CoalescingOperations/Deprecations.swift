@@ -115,7 +115,7 @@ extension Machine where Key == OperationKey {
     /// the operation for the slot it would have.
     mutating func joinByHand<Value>(
         _ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
-        claim: (Int) -> CoalescibleOperation<Value>.Taking
+        claim: (Int) -> Taking<OperationKey, Value>
     ) -> Entry<OperationKey, Value>? {
         switch work.state.phase {
         case .running where !work.state.priority.isFrozen:
@@ -130,9 +130,7 @@ extension Machine where Key == OperationKey {
 
     /// Event: `work`, of an operation that others join by hand, is adopted by an engine of its own
     /// that indexes it nowhere; the operation's own handler, if any, on `queue`, is its first caller.
-    mutating func adopt<Value>(
-        _ work: Work<OperationKey, Value>, own: ConcurrentOperation<Value>.Handler?, on queue: OperationQueue?
-    ) {
-        if let own { _ = join(work, .handler(own, queue: queue), asking: nil) }
+    mutating func adopt<Value>(_ work: Work<OperationKey, Value>, own: Caller<Value>?) {
+        if let own { _ = join(work, own, asking: nil) }
     }
 }

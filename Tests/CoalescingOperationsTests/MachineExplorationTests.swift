@@ -121,6 +121,24 @@ final class MachineExplorationTests: XCTestCase {
         explore(scenarios, name: "priority writes and the start")
     }
 
+    /// Guarantees 2, 5, 16 and 19, for an operation's admission: a caller comes with work 0's
+    /// operation, which runs that work already, while the first caller raises its urgency and
+    /// withdraws, writers write and the operation starts at any point, with the key forgotten at
+    /// any point or not. It joins work 0 while its result is open, asking only for what it
+    /// brought, and is turned away once the result is decided; when the first caller leaves, the
+    /// work's priority falls to what the app set and what the second brought.
+    func testEveryInterleavingOfAnAdmissionBesideTheRunningOperationKeepsEveryGuarantee() {
+        let first = CallerPlan(kind: .handler, progress: false, leaving: .withdraws, raises: true)
+        let beside = CallerPlan(kind: .besideRunner, progress: false, leaving: .stays, raises: false)
+        let scenarios = [nil, Control.forget].map { control in
+            var scenario = Scenario(
+                plans: [first, beside], reports: 0, fails: false, control: control, policy: .cancel)
+            scenario.writes = true
+            return scenario
+        }
+        explore(scenarios, name: "an admission beside the running operation")
+    }
+
     /// Guarantees 2, 3, 6, 15, 16, 21, 22 and 23, for the observer's deliveries: a thread offers to
     /// deliver the events after every step that records any, each work's end offers with its
     /// settle, which waits behind a delivery in progress, and the delivering thread hands over one
@@ -179,12 +197,15 @@ final class MachineExplorationTests: XCTestCase {
 /// A caller: one of an operation manager's, or a prefetchable task coalescer's task in its role.
 private enum Kind {
     case handler, task, joinedOperation, prefetcher, consumer
+    /// A handler that comes with work 0's operation, which already runs that work, asking for what
+    /// it brought (`value(of:)` of that operation): admitted beside it, after a `forget` too.
+    case besideRunner
 
     /// Whether it is a task: it parks its continuation.
     var isTask: Bool {
         switch self {
         case .task, .prefetcher, .consumer: true
-        case .handler, .joinedOperation: false
+        case .handler, .joinedOperation, .besideRunner: false
         }
     }
 }
@@ -303,6 +324,8 @@ private struct CallerRecord {
     var took: Int?
     /// A prefetcher that found a fresh value stored, and did nothing.
     var foundStored = false
+    /// A caller beside an operation whose work was decided: turned away as it arrived.
+    var turnedAway = false
     var parked = false
     var left = false
     /// Its withdrawal took effect: it must hear its own error, and no progress after it.
@@ -425,7 +448,7 @@ private final class World {
 
     func caller(_ i: Int) -> Caller<Int> {
         switch scenario.plans[i].kind {
-        case .handler:
+        case .handler, .besideRunner:
             return .handler({ [mail] result in mail.calls.mutate { $0.append((i, result)) } }, queue: nil)
         case .task, .prefetcher: return .arriving(consumes: false)
         case .consumer: return .arriving(consumes: true)
@@ -562,21 +585,71 @@ private final class World {
         checkInvariants()
     }
 
-    /// An operation's caller arrives: it joins the work in flight, or starts new work.
+    /// An operation manager's caller arrives as its front-end brings it. By identifier, it joins
+    /// the work in flight, or comes with a fresh operation, with no handler of its own, that starts
+    /// new work; a joined operation is admitted itself, after such a fresh operation if nothing is
+    /// in flight; a caller beside work 0's operation comes with that operation.
     private func arrive(_ i: Int) {
-        let work: Int
-        if let running = machine.inFlight("k", as: Int.self) {
-            work = works.firstIndex { $0 === running }!
-        } else {
-            let runner = CoalescibleOperation<Int>(identifier: "k")
-            let new = machine.newWork(
-                "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, at: nil)
-            work = add(new)
-            machine.start(works[work])
-            expectedIndexed = work
-        }
+        let kind = scenario.plans[i].kind
         let sink = scenario.plans[i].progress ? ProgressSink(queue: nil) { _ in } : nil
-        let joined = machine.join(works[work], caller(i), asking: urgency(of: i), watching: sink)
+        let newcomer = OperationQueueManager.Newcomer(
+            caller(i), urgency: urgency(of: i), sink: sink, ownsOperation: kind == .besideRunner)
+        if kind != .besideRunner, machine.inFlight("k", as: Int.self) == nil {
+            let starter = kind == .joinedOperation ? nil : newcomer
+            admit(i, CoalescibleOperation<Int>(identifier: "k"), asking: Self.floor, then: starter)
+            guard kind == .joinedOperation else { return }
+        }
+        switch kind {
+        case .handler, .task:
+            place(i, in: machine.join("k", caller(i), asking: urgency(of: i), watching: sink)!)
+        case .joinedOperation:
+            guard case .operation(let operation) = caller(i) else { preconditionFailure() }
+            admit(i, operation, asking: urgency(of: i), watching: sink, then: nil)
+        case .besideRunner:
+            // Its getters say what was last written to it, not the app's floor (Guarantee 19).
+            guard case .operation(let runner) = works[0].state.runner else { preconditionFailure() }
+            admit(i, runner, asking: written[0], then: newcomer)
+        case .prefetcher, .consumer:
+            preconditionFailure("a task coalescer's caller arrived at an operation manager")
+        }
+    }
+
+    /// Admits `operation`, fresh unless it runs work 0, asking for `urgency`, and `newcomer`
+    /// beside it; the taking is what the operation's lock would find.
+    private func admit(
+        _ i: Int, _ operation: CoalescibleOperation<Int>, asking urgency: Urgency, watching sink: ProgressSink? = nil,
+        then newcomer: OperationQueueManager.Newcomer<Int>?
+    ) {
+        let plan = machine.planAdmission("k", running: operation, floor: urgency, policy: scenario.policy, at: nil)
+        var runsWorkZero = false
+        if let first = works.first, case .operation(let runner) = first.state.runner {
+            runsWorkZero = runner === operation
+        }
+        let taken: Taking<String, Int> =
+            runsWorkZero ? .refused(works[0], runs: true) : plan.slot == nil ? .runs(own: nil) : .joins
+        let statistics = machine.statistics
+        switch machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer) {
+        case .starts(let entry):
+            if runsWorkZero { return fail("caller \(i) started work with the operation that runs work 0") }
+            expectedIndexed = add(entry.work)
+            if entry.joined != nil { place(i, in: entry) }
+        case .joins(let entry):
+            place(i, in: entry)
+        case .turnsAway:
+            guard runsWorkZero, isDecided(0) else {
+                return fail("caller \(i) was turned away with work 0 \(isDecided(0) ? "decided" : "running")")
+            }
+            if machine.statistics != statistics { fail("turning caller \(i) away changed the statistics") }
+            // The front-end tells it that its work was cancelled.
+            (callers[i].turnedAway, callers[i].withdrew) = (true, .failure(CoalescingError.cancelled))
+            last(i, .failure(CoalescingError.cancelled))
+        }
+    }
+
+    /// Caller `i` is in `entry`'s work, where it started or joined it.
+    private func place(_ i: Int, in entry: Entry<String, Int>) {
+        let work = works.firstIndex { $0 === entry.work }!
+        let joined = entry.joined!
         (callers[i].work, callers[i].slot) = (work, joined.slot)
         if joined.delivers { callers[i].delivering = true }
         if joined.raised { sendWriter(work) }
@@ -1156,7 +1229,7 @@ private final class World {
     private func checkStatistics() {
         var expected = CoalescingStatistics()
         expected.workStarted = works.count
-        for record in callers where record.arrived && !record.foundStored {
+        for record in callers where record.arrived && !record.foundStored && !record.turnedAway {
             expected.callersArrived += 1
             if let withdrew = record.withdrew {
                 if Self.code(withdrew) == -3 { expected.callersTimedOut += 1 } else { expected.callersWithdrawn += 1 }
@@ -1259,7 +1332,9 @@ private final class World {
         for work in works { Self.combine(work.state, into: &h) }
         for record in callers {
             h.combine([record.work ?? -1, record.slot, record.progressCalls, record.lastCalls, record.took ?? -1])
-            h.combine([record.arrived, record.foundStored, record.parked, record.left, record.raised])
+            h.combine([
+                record.arrived, record.foundStored, record.turnedAway, record.parked, record.left, record.raised,
+            ])
             h.combine([record.inCall, record.delivering])
             h.combine(record.withdrew.map(Self.code))
         }

@@ -450,18 +450,19 @@ extension Engine where Key == OperationKey {
     @inlinable func admit<Value>(
         _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
         then newcomer: OperationQueueManager.Newcomer<Value>?
-    ) -> Admitted<Value> {
+    ) -> Admission<OperationKey, Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
         let now = time()
         return state.withLock { machine in
-            machine.admit(
-                operation, as: key, asking: urgency, policy: policy, watching: sink, then: newcomer, at: now
-            ) { work, slot in
-                operation.take(work, of: self, slot: slot, admitting: true)
-            }
+            let plan = machine.planAdmission(key, running: operation, floor: urgency, policy: policy, at: now)
+            // Taken under the lock, the one action that cannot wait for its release: the plan's slot
+            // and its new work would otherwise go to another arrival first, and the operation's
+            // claim must hold for the work it is admitted to (as a task is created under it).
+            let taken = operation.take(plan.work, of: self, slot: plan.slot, admitting: true)
+            return machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer)
         }
     }
 
@@ -488,9 +489,10 @@ extension Engine where Key == OperationKey {
             key: OperationKey(identifier: operation.identifier, valueType: Value.self), number: 0,
             runner: .operation(operation),
             policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
-        return engine.state.withLock { machine in
-            guard case .runs(let own) = operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
-            machine.adopt(work, own: own, on: operation.callBackQueue)
+        return engine.state.withLock { machine -> Work<OperationKey, Value>? in
+            let taken = operation.take(work, of: engine, slot: nil, queued: false)
+            guard case .runs(let own) = taken else { return nil }
+            machine.adopt(work, own: own)
             return work
         }
     }
