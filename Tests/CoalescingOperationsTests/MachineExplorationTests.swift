@@ -524,12 +524,12 @@ private final class World {
         case .raise(let i):
             callers[i].raised = true
             let record = callers[i]
-            let action = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
-            if action == .write { sendWriter(record.work!) }
+            let writes = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
+            if writes { sendWriter(record.work!) }
         case .report:
             reportsMade += 1
-            let reported = machine.report(WorkProgress(completed: Int64(reportsMade), total: 2), for: works[0])
-            for (slot, _) in reported.starting {
+            let starting = machine.report(WorkProgress(completed: Int64(reportsMade), total: 2), for: works[0])
+            for (slot, _) in starting {
                 callers[caller(in: 0, slot: slot)].delivering = true
             }
         case .finish(let work):
@@ -565,7 +565,7 @@ private final class World {
             begin(work)
         case .setFloor:
             floorsSet += 1
-            let action = machine.setFloor(of: works[0]) { priority in
+            let writes = machine.setFloor(of: works[0]) { priority in
                 if floorsSet == 1 {
                     priority.qualityOfService = .userInitiated
                 } else {
@@ -575,8 +575,10 @@ private final class World {
             if works[0].state.priority.floor != Self.floors[floorsSet] {
                 fail("work 0's floor is \(works[0].state.priority.floor), not what the app set (Guarantee 19)")
             }
-            if (action == .write) == hasStarted(0) { fail("setting the floor of work 0 said \(action) (Guarantee 19)") }
-            if action == .write { sendWriter(0) }
+            if writes == (hasStarted(0) || isDecided(0)) {
+                fail("setting the floor of work 0 said writes \(writes) (Guarantee 19)")
+            }
+            if writes { sendWriter(0) }
         case .offer(let work):
             offer(settling: work)
         case .deliver:
@@ -632,7 +634,7 @@ private final class World {
         case .starts(let entry):
             if runsWorkZero { return fail("caller \(i) started work with the operation that runs work 0") }
             expectedIndexed = add(entry.work)
-            if entry.joined != nil { place(i, in: entry) }
+            if entry.slot != nil { place(i, in: entry) }
         case .joins(let entry):
             place(i, in: entry)
         case .turnsAway:
@@ -649,10 +651,9 @@ private final class World {
     /// Caller `i` is in `entry`'s work, where it started or joined it.
     private func place(_ i: Int, in entry: Entry<String, Int>) {
         let work = works.firstIndex { $0 === entry.work }!
-        let joined = entry.joined!
-        (callers[i].work, callers[i].slot) = (work, joined.slot)
-        if joined.delivers { callers[i].delivering = true }
-        if joined.raised { sendWriter(work) }
+        (callers[i].work, callers[i].slot) = (work, entry.slot!)
+        if entry.delivers { callers[i].delivering = true }
+        if entry.raised { sendWriter(work) }
     }
 
     private func add(_ work: Work<String, Int>) -> Int {
@@ -698,21 +699,21 @@ private final class World {
             if machine.statistics != statistics || machine.outbox!.pending.count != recorded {
                 fail("caller \(i), a prefetcher that found a value stored, changed the statistics or the events")
             }
-        case .joins(let work, let joined):
-            guard fresh == nil, let expected = expectedIndexed, works[expected] === work else {
+        case .joins(let entry):
+            guard fresh == nil, let expected = expectedIndexed, works[expected] === entry.work else {
                 return fail(
-                    "caller \(i) joined work \(work.number - 1) at \(now) s with \(found) (Guarantees 7 and 15)")
+                    "caller \(i) joined work \(entry.work.number - 1) at \(now) s with \(found) (Guarantees 7 and 15)")
             }
-            (callers[i].work, callers[i].slot) = (expected, joined.slot)
-        case .starts(let work, let joined):
+            (callers[i].work, callers[i].slot) = (expected, entry.slot!)
+        case .starts(let entry):
             if fresh != nil || expectedIndexed != nil {
                 fail(
                     "caller \(i) started new work at \(now) s with \(found), work \(expectedIndexed ?? -1) "
                         + "indexed (Guarantee 15)")
             }
-            let index = add(work)
+            let index = add(entry.work)
             expectedIndexed = index
-            (callers[i].work, callers[i].slot) = (index, joined.slot)
+            (callers[i].work, callers[i].slot) = (index, entry.slot!)
         }
     }
 
@@ -726,9 +727,11 @@ private final class World {
                 callers[$0].work == work && scenario.plans[$0].kind == .consumer && callers[$0].withdrew == nil
             }
         let wasDecided = isDecided(work)
-        let decided = machine.decide(works[work], with: result, stopping: false, at: .seconds(now))
-        if (decided == nil) != wasDecided { fail("work \(work)'s finish was \(wasDecided ? "taken" : "ignored")") }
-        decide(work, decided, result, stores: stores)
+        let decision = machine.decide(works[work], with: result, stopping: false, at: .seconds(now))
+        var late = false
+        if case .late = decision { late = true }
+        if late != wasDecided { fail("work \(work)'s finish was \(wasDecided ? "taken" : "ignored")") }
+        if case .ends(let decided) = decision { decide(work, decided, result, stores: stores) }
     }
 
     private func control() {
@@ -737,7 +740,7 @@ private final class World {
         switch scenario.control! {
         case .forget:
             let found = machine.forget(where: { $0 == "k" })
-            if (found == .some) != (expectedIndexed != nil) {
+            if found != (expectedIndexed != nil) {
                 fail("forget(key:) found \(found) with work \(expectedIndexed ?? -1) indexed (Guarantee 16)")
             }
             if indexedRunning != nil { forgot = true }
@@ -751,13 +754,15 @@ private final class World {
             if Set(indices) != expected || indices.count != expected.count {
                 fail("cancelling cancelled works \(indices) where \(expected.sorted()) were in flight (Guarantee 13)")
             }
-            if (cancelled.found == .some) != (!expected.isEmpty || hadStored) {
+            if cancelled.found != (!expected.isEmpty || hadStored) {
                 fail("cancelling found \(cancelled.found) (Guarantees 13 and 15)")
             }
             if hadStored { (stored, expectedIndexed) = (nil, nil) }
             for index in indices {
                 let result = Result<Int, Error>.failure(CoalescingError.cancelled)
-                decide(index, machine.decide(works[index], with: result, stopping: true, at: .seconds(now)), result)
+                let decision = machine.decide(works[index], with: result, stopping: true, at: .seconds(now))
+                guard case .ends(let decided) = decision else { return fail("cancelling work \(index) was late") }
+                decide(index, decided, result)
             }
             deliverEvents()
         }
@@ -784,8 +789,7 @@ private final class World {
     }
 
     /// Carries a decided end out: its settle waits for the events (here, or behind a delivery).
-    private func decide(_ work: Int, _ decided: Decided<Int>?, _ result: Result<Int, Error>, stores: Bool = false) {
-        guard let decided else { return }
+    private func decide(_ work: Int, _ decided: Decided<Int>, _ result: Result<Int, Error>, stores: Bool = false) {
         self.decided[work] = true
         // Measured on the clock from its start, however it ended: abandoned too (Guarantee 22).
         let expected = works[work].startedAt.map { .seconds(now) - $0 } ?? .zero
@@ -890,16 +894,13 @@ private final class World {
         writersDue.remove(at: writersDue.firstIndex(of: work)!)
         let group = holders[work] == 0 ? 1 : 0
         let free = holders[work] == nil && !isDecided(work) && !hasStarted(work)
-        switch machine.claimWriting(works[work], Self.writers[group]) {
-        case .writes:
-            if !free {
-                let why = holders[work] != nil ? "another thread held it" : isDecided(work) ? "it ended" : "it started"
-                fail("a thread was given the right to write work \(work)'s priority while \(why) (Guarantee 19)")
-            }
-            holders[work] = group
-        case .declined:
-            if free { fail("a thread was refused the right to write work \(work)'s priority, which nobody held") }
+        let writes = machine.claimWriting(works[work], Self.writers[group])
+        if writes, !free {
+            let why = holders[work] != nil ? "another thread held it" : isDecided(work) ? "it ended" : "it started"
+            fail("a thread was given the right to write work \(work)'s priority while \(why) (Guarantee 19)")
         }
+        if writes { holders[work] = group }
+        if !writes, free { fail("a thread was refused the right to write work \(work)'s priority, which nobody held") }
     }
 
     private func write(_ work: Int) {
@@ -940,16 +941,12 @@ private final class World {
     /// The operation starts: it waits for the write on its way, and runs only if the result is open.
     private func begin(_ work: Int) {
         let holder = holders[work].map { Self.writers[$0] }
-        let after: DispatchGroup?
-        switch machine.begin(works[work]) {
-        case .runs(let writer):
-            if isDecided(work) { fail("work \(work)'s operation runs after its result was decided (Guarantee 6)") }
-            after = writer
-        case .skips(let writer):
-            if !isDecided(work) { fail("work \(work)'s operation skips its work while it is in flight") }
-            after = writer
+        let begun = machine.begin(works[work])
+        if begun.runs, isDecided(work) {
+            fail("work \(work)'s operation runs after its result was decided (Guarantee 6)")
         }
-        if after !== holder {
+        if !begun.runs, !isDecided(work) { fail("work \(work)'s operation skips its work while it is in flight") }
+        if begun.after !== holder {
             fail("work \(work)'s operation starts without waiting for the thread writing its priority (Guarantee 19)")
         }
     }

@@ -5,14 +5,14 @@ import Foundation
 // the caller goes and returns it as an action that the storage (Engine.swift) carries out.
 
 extension Machine {
-    /// Event: a caller arrives with `key` and joins the work in flight for it, if any; nil if
-    /// there is none, and the front-end makes the operation that starts it.
+    /// Event: a caller arrives with `key` and joins the work in flight for it (its phase
+    /// decides, in ``inFlight(_:as:)``). Nil, nothing is in flight and nothing changed: the
+    /// front-end then makes the operation that starts the work, and admits it.
     @inlinable mutating func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
     ) -> Entry<Key, Value>? {
         guard let work = inFlight(key, as: Value.self) else { return nil }
-        let joined = join(work, caller, asking: urgency, watching: sink)
-        return Entry(work, joined)
+        return join(work, caller, asking: urgency, watching: sink)
     }
 
     /// Event: a task caller arrives with `key`, in `role`, at `priority`. A consumer takes a value
@@ -35,14 +35,15 @@ extension Machine {
         let caller = Caller<Value>.arriving(consumes: role == .consumer)
         if let work = inFlight(key, as: Value.self) {
             if role == .prefetcher { work.state.isPrefetch = true }
-            let joined = join(work, caller, asking: Urgency(priority), watching: sink)
-            return .joins(work, joined)
+            let entry = join(work, caller, asking: Urgency(priority), watching: sink)
+            return .joins(entry)
         }
         let work: Work<Key, Value> = newWork(key, runner: .unstarted, policy: policy, floor: Urgency(start), at: now)
         work.state.isPrefetch = role == .prefetcher
         self.start(work)
-        let joined = join(work, caller, asking: nil, watching: sink)
-        return .starts(work, joined)
+        var entry = join(work, caller, asking: nil, watching: sink)
+        entry.started = true
+        return .starts(entry)
     }
 
     /// Event: the task that runs `work` was created, in the step its work started.
@@ -84,18 +85,19 @@ extension Machine {
         switch taken {
         case .joins:
             let joined = join(plan.work, .operation(operation), asking: urgency, watching: sink)
-            (entry, runs) = (Entry(plan.work, joined), false)
+            (entry, runs) = (joined, false)
         case .runs(let own):
             start(plan.work)
-            var joined: Joined?
-            if let own { joined = join(plan.work, own, asking: nil, watching: sink) }
-            (entry, runs) = (Entry(plan.work, joined, started: true), true)
+            var started = Entry(plan.work, slot: nil)
+            if let own { started = join(plan.work, own, asking: nil, watching: sink) }
+            started.started = true
+            (entry, runs) = (started, true)
         case .unqueued(let ownWork):
             // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
             return .turnsAway(enqueues: true, runs: ownWork)
         case .refused(let found?, let runsFound) where newcomer != nil:
             switch found.state.phase {
-            case .running: (entry, runs) = (Entry(found, nil), runsFound)
+            case .running: (entry, runs) = (Entry(found, slot: nil), runsFound)
             case .deciding, .stored, .ended: return .turnsAway(enqueues: false, runs: false)
             }
         case .refused:
@@ -105,27 +107,28 @@ extension Machine {
         // Beside the operation that runs the work, the newcomer asks only for what it brought.
         let asked = runs ? newcomer.urgency : newcomer.asking(beside: urgency)
         var joined = join(entry.work, newcomer.caller, asking: asked, watching: newcomer.sink)
-        if entry.joined?.raised == true { joined.raised = true }
-        let joinedEntry = Entry(entry.work, joined, started: entry.started)
-        return entry.started ? .starts(joinedEntry) : .joins(joinedEntry)
+        if entry.raised { joined.raised = true }
+        joined.started = entry.started
+        return entry.started ? .starts(joined) : .joins(joined)
     }
 }
 
 // MARK: - Actions
 
-/// Where a caller arrived: the work it started or joined and what the join decided, for the
-/// storage's `follow` to carry out.
+/// Where a caller arrived, and what its join decided, for the storage's `follow` to carry out:
+/// the work it started or joined, its slot there, whether it raised the work's priority (to
+/// write), whether it is owed the latest progress (to deliver), and whether it started the work
+/// (to watch for stalls).
 @usableFromInline struct Entry<Key: Hashable & Sendable, Value: Sendable> {
     @usableFromInline let work: Work<Key, Value>
     /// Nil for an operation that started work with no caller of its own.
-    @usableFromInline let joined: Joined?
-    /// Whether the caller started the work: it is then watched for stalls.
-    @usableFromInline let started: Bool
+    @usableFromInline let slot: Int?
+    @usableFromInline var raised = false
+    @usableFromInline var delivers = false
+    @usableFromInline var started = false
 
-    @inlinable init(_ work: Work<Key, Value>, _ joined: Joined?, started: Bool = false) {
-        self.work = work
-        self.joined = joined
-        self.started = started
+    @inlinable init(_ work: Work<Key, Value>, slot: Int?) {
+        (self.work, self.slot) = (work, slot)
     }
 }
 
@@ -136,9 +139,9 @@ extension Machine {
     /// A prefetcher found a value stored already: nothing to do.
     case alreadyStored
     /// It joined the work in flight.
-    case joins(Work<Key, Value>, Joined)
+    case joins(Entry<Key, Value>)
     /// It started new work, whose task the storage creates now.
-    case starts(Work<Key, Value>, Joined)
+    case starts(Entry<Key, Value>)
 }
 
 /// Where an arriving operation would go: into `work` in flight, in `slot`; or (nil `slot`) to run

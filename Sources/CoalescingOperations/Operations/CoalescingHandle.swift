@@ -28,7 +28,7 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
         switch admitted {
         case .starts(let entry), .joins(let entry):
             if case .starts = admitted { admission = .startedWork } else { admission = .joinedWork }
-            (self.engine, work, slot) = (engine, entry.work, entry.joined?.slot)
+            (self.engine, work, slot) = (engine, entry.work, entry.slot)
         case .turnsAway(_, let runs):
             admission = runs ? .startedWork : .ignored
             (self.engine, work, slot) = (nil, nil, nil)

@@ -260,7 +260,7 @@ public final class OperationQueueManager: Sendable {
         launch(operation, admission, timeout: timeout, sink: newcomer.sink)
         let entry = try entry(waitingAfter: admission)
         // A task always has a slot: only an operation starts work with no caller.
-        return try await engine.wait(for: entry.work, in: entry.joined!.slot, arrivedAt: arrivedAt)
+        return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
@@ -306,7 +306,7 @@ public final class OperationQueueManager: Sendable {
             identifier, Caller<Value>.arriving(consumes: false), urgency,
             progress.map { ProgressSink(queue: nil, onProgress: $0) }, timeout, makeOperation)
         let entry = try entry(waitingAfter: admission)
-        return try await engine.wait(for: entry.work, in: entry.joined!.slot, arrivedAt: arrivedAt)
+        return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
     }
 
     // MARK: Cancelling and forgetting
