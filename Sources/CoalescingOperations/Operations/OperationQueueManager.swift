@@ -367,9 +367,10 @@ public final class OperationQueueManager: Sendable {
             self.ownsOperation = ownsOperation
         }
 
-        /// What it asks for beside an operation that joined other work, or that runs work it had
-        /// joined before: its own urgency, raised to the operation's when the operation is its own;
-        /// the operation's when it asks for none (Guarantee 19).
+        /// What it asks for beside an operation that joins other work, now or before (beside one
+        /// that runs the work, it asks for its own urgency only): its own urgency, raised to the
+        /// operation's when the operation is its own; the operation's when it asks for none
+        /// (Guarantee 19).
         @inlinable func asking(beside operation: Urgency) -> Urgency {
             guard let urgency else { return operation }
             return ownsOperation ? urgency.raised(to: operation) : urgency
