@@ -107,32 +107,15 @@ extension PrefetchableTaskCoalescer {
     }
 }
 
-// The machine's events that only `coalesce(operation:)` needs; the storage's two calls that carry
-// them out, under its lock, are in Engine.swift, the one file that takes that lock.
+// The machine's step that only `coalesce(operation:)` needs; the storage's calls that carry it
+// out, under its lock, are in Engine.swift, the one file that takes that lock.
 extension Machine where Key == OperationKey {
-    /// Event: `operation` joins `work` by hand, if the work's result is open and its operation has not
-    /// started (Guarantee 10: its start freezes its priority, under this lock), and `claim` takes
-    /// the operation for the slot it would have.
-    mutating func joinByHand<Value>(
-        _ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>, asking urgency: Urgency,
-        claim: (Int) -> CoalescibleOperation<Value>.Taking
-    ) -> Entry<OperationKey, Value>? {
-        switch work.state.phase {
-        case .running where !work.state.priority.isFrozen:
-            let taking = claim(work.state.callers.entries.count)
-            guard case .joins = taking else { return nil }
-            let joined = join(work, .operation(operation), asking: urgency)
-            return Entry(work, joined)
-        case .running, .deciding, .stored, .ended:
-            return nil
-        }
-    }
-
-    /// Event: `work`, of an operation that others join by hand, is adopted by an engine of its own
-    /// that indexes it nowhere; the operation's own handler, if any, on `queue`, is its first caller.
-    mutating func adopt<Value>(
-        _ work: Work<OperationKey, Value>, own: ConcurrentOperation<Value>.Handler?, on queue: OperationQueue?
-    ) {
-        if let own { _ = join(work, .handler(own, queue: queue), asking: nil) }
+    /// Where an operation joining `work` by hand would go: its next slot, if the work's result is
+    /// open and its operation has not started (Guarantee 10: its start freezes its priority, under
+    /// this lock). The storage takes the operation for it, and ``admit(_:_:taken:asking:watching:then:)``
+    /// joins it.
+    func planJoiningByHand<Value>(_ work: Work<OperationKey, Value>) -> AdmissionPlan<OperationKey, Value>? {
+        guard case .running = work.state.phase, !work.state.priority.isFrozen else { return nil }
+        return AdmissionPlan(work: work, slot: work.state.callers.entries.count)
     }
 }

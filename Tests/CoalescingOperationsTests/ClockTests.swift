@@ -103,6 +103,74 @@ final class ClockTests: XCTestCase {
         XCTAssertEqual(ended.value, .seconds(42))
     }
 
+    // MARK: Guarantee 22: an abandoned work's duration, every way it is abandoned
+
+    /// How work is abandoned by its one caller, 5 ms after it started.
+    private enum Abandoning: CaseIterable { case withdrawn, timedOut, taskCancelled }
+
+    func testTheDurationOfWorkAbandonedThroughTheManagerIsMeasuredOnTheClock() async throws {
+        for way in Abandoning.allCases {
+            let clock = ManualClock()
+            let ended = LockedBox<Duration?>(nil)
+            let manager = OperationQueueManager(
+                queue: Queues.serial("work", suspended: true),
+                observer: { event in
+                    if case .workEnded(_, _, _, _, _, let duration) = event { ended.value = duration }
+                }, stallThreshold: nil, clock: clock)
+            switch way {
+            case .withdrawn:
+                // An operation with no handler of its own: its handle alone withdraws.
+                let handle = manager.enqueue(operation: CoalescibleOperation<Int>(identifier: "k"))
+                clock.advance(by: .milliseconds(5))
+                handle.withdraw()
+            case .timedOut:
+                let handle = manager.enqueue(
+                    identifier: "k", timeout: .milliseconds(5),
+                    makeOperation: { CoalescibleOperation<Int>(identifier: "k") }, completionHandler: { _ in })
+                await clock.waitForSleepers(1)  // the caller's timeout is armed
+                clock.advance(by: .milliseconds(5))
+                await waitUntil("the caller timed out") { manager.statistics.callersTimedOut == 1 }
+                _ = handle
+            case .taskCancelled:
+                let caller = Task { try await manager.value(of: CoalescibleOperation<Int>(identifier: "k")) }
+                await waitUntil("the caller waits") { manager.statistics.callersArrived == 1 }
+                clock.advance(by: .milliseconds(5))
+                caller.cancel()
+                await XCTAssertThrowsCancellation(try await caller.value)
+            }
+            await waitUntil("the work's end was reported") { ended.value != nil }
+            XCTAssertEqual(manager.statistics.workCancelled, 1, "abandoned: \(way)")
+            XCTAssertEqual(ended.value, .milliseconds(5), "abandoned: \(way)")
+        }
+    }
+
+    func testTheDurationOfWorkAbandonedThroughATaskCoalescerIsMeasuredOnTheClock() async throws {
+        for way in Abandoning.allCases where way != .withdrawn {
+            let clock = ManualClock()
+            let ended = LockedBox<Duration?>(nil)
+            let coalescer = InFlightTaskCoalescer<String, Int>(
+                observer: { event in
+                    if case .workEnded(_, _, _, _, _, let duration) = event { ended.value = duration }
+                }, stallThreshold: nil, clock: clock)
+            let never = AsyncGate()
+            let caller = Task {
+                try await coalescer.value(key: "k", timeout: way == .timedOut ? .milliseconds(5) : nil) {
+                    await never.waitIgnoringCancellation()
+                    return 1
+                }
+            }
+            await waitUntil("the work started") { coalescer.statistics.workStarted == 1 }
+            if way == .timedOut { await clock.waitForSleepers(1) }  // the caller's timeout is armed
+            clock.advance(by: .milliseconds(5))
+            if way == .taskCancelled { caller.cancel() }
+            _ = try? await caller.value
+            await waitUntil("the work's end was reported") { ended.value != nil }
+            XCTAssertEqual(coalescer.statistics.workCancelled, 1, "abandoned: \(way)")
+            XCTAssertEqual(ended.value, .milliseconds(5), "abandoned: \(way)")
+            never.open()
+        }
+    }
+
     // MARK: Guarantee 15: a prefetched result until its timeout
 
     func testAStoredResultIsReleasedWhenItExpiresWithNoCallToTheCoalescer() async throws {

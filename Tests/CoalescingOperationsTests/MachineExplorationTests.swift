@@ -121,6 +121,24 @@ final class MachineExplorationTests: XCTestCase {
         explore(scenarios, name: "priority writes and the start")
     }
 
+    /// Guarantees 2, 5, 16 and 19, for an operation's admission: a caller comes with work 0's
+    /// operation, which runs that work already, while the first caller raises its urgency and
+    /// withdraws, writers write and the operation starts at any point, with the key forgotten at
+    /// any point or not. It joins work 0 while its result is open, asking only for what it
+    /// brought, and is turned away once the result is decided; when the first caller leaves, the
+    /// work's priority falls to what the app set and what the second brought.
+    func testEveryInterleavingOfAnAdmissionBesideTheRunningOperationKeepsEveryGuarantee() {
+        let first = CallerPlan(kind: .handler, progress: false, leaving: .withdraws, raises: true)
+        let beside = CallerPlan(kind: .besideRunner, progress: false, leaving: .stays, raises: false)
+        let scenarios = [nil, Control.forget].map { control in
+            var scenario = Scenario(
+                plans: [first, beside], reports: 0, fails: false, control: control, policy: .cancel)
+            scenario.writes = true
+            return scenario
+        }
+        explore(scenarios, name: "an admission beside the running operation")
+    }
+
     /// Guarantees 2, 3, 6, 15, 16, 21, 22 and 23, for the observer's deliveries: a thread offers to
     /// deliver the events after every step that records any, each work's end offers with its
     /// settle, which waits behind a delivery in progress, and the delivering thread hands over one
@@ -179,12 +197,15 @@ final class MachineExplorationTests: XCTestCase {
 /// A caller: one of an operation manager's, or a prefetchable task coalescer's task in its role.
 private enum Kind {
     case handler, task, joinedOperation, prefetcher, consumer
+    /// A handler that comes with work 0's operation, which already runs that work, asking for what
+    /// it brought (`value(of:)` of that operation): admitted beside it, after a `forget` too.
+    case besideRunner
 
     /// Whether it is a task: it parks its continuation.
     var isTask: Bool {
         switch self {
         case .task, .prefetcher, .consumer: true
-        case .handler, .joinedOperation: false
+        case .handler, .joinedOperation, .besideRunner: false
         }
     }
 }
@@ -303,6 +324,8 @@ private struct CallerRecord {
     var took: Int?
     /// A prefetcher that found a fresh value stored, and did nothing.
     var foundStored = false
+    /// A caller beside an operation whose work was decided: turned away as it arrived.
+    var turnedAway = false
     var parked = false
     var left = false
     /// Its withdrawal took effect: it must hear its own error, and no progress after it.
@@ -425,7 +448,7 @@ private final class World {
 
     func caller(_ i: Int) -> Caller<Int> {
         switch scenario.plans[i].kind {
-        case .handler:
+        case .handler, .besideRunner:
             return .handler({ [mail] result in mail.calls.mutate { $0.append((i, result)) } }, queue: nil)
         case .task, .prefetcher: return .arriving(consumes: false)
         case .consumer: return .arriving(consumes: true)
@@ -501,12 +524,12 @@ private final class World {
         case .raise(let i):
             callers[i].raised = true
             let record = callers[i]
-            let action = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
-            if action == .write { sendWriter(record.work!) }
+            let writes = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
+            if writes { sendWriter(record.work!) }
         case .report:
             reportsMade += 1
-            let reported = machine.report(WorkProgress(completed: Int64(reportsMade), total: 2), for: works[0])
-            for (slot, _) in reported.starting {
+            let starting = machine.report(WorkProgress(completed: Int64(reportsMade), total: 2), for: works[0])
+            for (slot, _) in starting {
                 callers[caller(in: 0, slot: slot)].delivering = true
             }
         case .finish(let work):
@@ -542,7 +565,7 @@ private final class World {
             begin(work)
         case .setFloor:
             floorsSet += 1
-            let action = machine.setFloor(of: works[0]) { priority in
+            let writes = machine.setFloor(of: works[0]) { priority in
                 if floorsSet == 1 {
                     priority.qualityOfService = .userInitiated
                 } else {
@@ -552,8 +575,10 @@ private final class World {
             if works[0].state.priority.floor != Self.floors[floorsSet] {
                 fail("work 0's floor is \(works[0].state.priority.floor), not what the app set (Guarantee 19)")
             }
-            if (action == .write) == hasStarted(0) { fail("setting the floor of work 0 said \(action) (Guarantee 19)") }
-            if action == .write { sendWriter(0) }
+            if writes == (hasStarted(0) || isDecided(0)) {
+                fail("setting the floor of work 0 said writes \(writes) (Guarantee 19)")
+            }
+            if writes { sendWriter(0) }
         case .offer(let work):
             offer(settling: work)
         case .deliver:
@@ -562,24 +587,73 @@ private final class World {
         checkInvariants()
     }
 
-    /// An operation's caller arrives: it joins the work in flight, or starts new work.
+    /// An operation manager's caller arrives as its front-end brings it. By identifier, it joins
+    /// the work in flight, or comes with a fresh operation, with no handler of its own, that starts
+    /// new work; a joined operation is admitted itself, after such a fresh operation if nothing is
+    /// in flight; a caller beside work 0's operation comes with that operation.
     private func arrive(_ i: Int) {
-        let work: Int
-        if let running = machine.inFlight("k", as: Int.self) {
-            work = works.firstIndex { $0 === running }!
-        } else {
-            let runner = CoalescibleOperation<Int>(identifier: "k")
-            let new = machine.newWork(
-                "k", runner: .operation(runner), policy: scenario.policy, floor: Self.floor, at: nil)
-            work = add(new)
-            machine.start(works[work])
-            expectedIndexed = work
-        }
+        let kind = scenario.plans[i].kind
         let sink = scenario.plans[i].progress ? ProgressSink(queue: nil) { _ in } : nil
-        let joined = machine.join(works[work], caller(i), asking: urgency(of: i), watching: sink)
-        (callers[i].work, callers[i].slot) = (work, joined.slot)
-        if joined.delivers { callers[i].delivering = true }
-        if joined.raised { sendWriter(work) }
+        let newcomer = OperationQueueManager.Newcomer(
+            caller(i), urgency: urgency(of: i), sink: sink, ownsOperation: kind == .besideRunner)
+        if kind != .besideRunner, machine.inFlight("k", as: Int.self) == nil {
+            let starter = kind == .joinedOperation ? nil : newcomer
+            admit(i, CoalescibleOperation<Int>(identifier: "k"), asking: Self.floor, then: starter)
+            guard kind == .joinedOperation else { return }
+        }
+        switch kind {
+        case .handler, .task:
+            place(i, in: machine.join("k", caller(i), asking: urgency(of: i), watching: sink)!)
+        case .joinedOperation:
+            guard case .operation(let operation) = caller(i) else { preconditionFailure() }
+            admit(i, operation, asking: urgency(of: i), watching: sink, then: nil)
+        case .besideRunner:
+            // Its getters say what was last written to it, not the app's floor (Guarantee 19).
+            guard case .operation(let runner) = works[0].state.runner else { preconditionFailure() }
+            admit(i, runner, asking: written[0], then: newcomer)
+        case .prefetcher, .consumer:
+            preconditionFailure("a task coalescer's caller arrived at an operation manager")
+        }
+    }
+
+    /// Admits `operation`, fresh unless it runs work 0, asking for `urgency`, and `newcomer`
+    /// beside it; the taking is what the operation's lock would find.
+    private func admit(
+        _ i: Int, _ operation: CoalescibleOperation<Int>, asking urgency: Urgency, watching sink: ProgressSink? = nil,
+        then newcomer: OperationQueueManager.Newcomer<Int>?
+    ) {
+        let plan = machine.planAdmission("k", running: operation, floor: urgency, policy: scenario.policy, at: nil)
+        var runsWorkZero = false
+        if let first = works.first, case .operation(let runner) = first.state.runner {
+            runsWorkZero = runner === operation
+        }
+        let taken: Taking<String, Int> =
+            runsWorkZero ? .refused(works[0], runs: true) : plan.slot == nil ? .runs(own: nil) : .joins
+        let statistics = machine.statistics
+        switch machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer) {
+        case .starts(let entry):
+            if runsWorkZero { return fail("caller \(i) started work with the operation that runs work 0") }
+            expectedIndexed = add(entry.work)
+            if entry.slot != nil { place(i, in: entry) }
+        case .joins(let entry):
+            place(i, in: entry)
+        case .turnsAway:
+            guard runsWorkZero, isDecided(0) else {
+                return fail("caller \(i) was turned away with work 0 \(isDecided(0) ? "decided" : "running")")
+            }
+            if machine.statistics != statistics { fail("turning caller \(i) away changed the statistics") }
+            // The front-end tells it that its work was cancelled.
+            (callers[i].turnedAway, callers[i].withdrew) = (true, .failure(CoalescingError.cancelled))
+            last(i, .failure(CoalescingError.cancelled))
+        }
+    }
+
+    /// Caller `i` is in `entry`'s work, where it started or joined it.
+    private func place(_ i: Int, in entry: Entry<String, Int>) {
+        let work = works.firstIndex { $0 === entry.work }!
+        (callers[i].work, callers[i].slot) = (work, entry.slot!)
+        if entry.delivers { callers[i].delivering = true }
+        if entry.raised { sendWriter(work) }
     }
 
     private func add(_ work: Work<String, Int>) -> Int {
@@ -625,21 +699,21 @@ private final class World {
             if machine.statistics != statistics || machine.outbox!.pending.count != recorded {
                 fail("caller \(i), a prefetcher that found a value stored, changed the statistics or the events")
             }
-        case .joins(let work, let joined):
-            guard fresh == nil, let expected = expectedIndexed, works[expected] === work else {
+        case .joins(let entry):
+            guard fresh == nil, let expected = expectedIndexed, works[expected] === entry.work else {
                 return fail(
-                    "caller \(i) joined work \(work.number - 1) at \(now) s with \(found) (Guarantees 7 and 15)")
+                    "caller \(i) joined work \(entry.work.number - 1) at \(now) s with \(found) (Guarantees 7 and 15)")
             }
-            (callers[i].work, callers[i].slot) = (expected, joined.slot)
-        case .starts(let work, let joined):
+            (callers[i].work, callers[i].slot) = (expected, entry.slot!)
+        case .starts(let entry):
             if fresh != nil || expectedIndexed != nil {
                 fail(
                     "caller \(i) started new work at \(now) s with \(found), work \(expectedIndexed ?? -1) "
                         + "indexed (Guarantee 15)")
             }
-            let index = add(work)
+            let index = add(entry.work)
             expectedIndexed = index
-            (callers[i].work, callers[i].slot) = (index, joined.slot)
+            (callers[i].work, callers[i].slot) = (index, entry.slot!)
         }
     }
 
@@ -653,9 +727,11 @@ private final class World {
                 callers[$0].work == work && scenario.plans[$0].kind == .consumer && callers[$0].withdrew == nil
             }
         let wasDecided = isDecided(work)
-        let decided = machine.decide(works[work], with: result, stopping: false, at: .seconds(now))
-        if (decided == nil) != wasDecided { fail("work \(work)'s finish was \(wasDecided ? "taken" : "ignored")") }
-        decide(work, decided, result, stores: stores)
+        let decision = machine.decide(works[work], with: result, stopping: false, at: .seconds(now))
+        var late = false
+        if case .late = decision { late = true }
+        if late != wasDecided { fail("work \(work)'s finish was \(wasDecided ? "taken" : "ignored")") }
+        if case .ends(let decided) = decision { decide(work, decided, result, stores: stores) }
     }
 
     private func control() {
@@ -664,7 +740,7 @@ private final class World {
         switch scenario.control! {
         case .forget:
             let found = machine.forget(where: { $0 == "k" })
-            if (found == .some) != (expectedIndexed != nil) {
+            if found != (expectedIndexed != nil) {
                 fail("forget(key:) found \(found) with work \(expectedIndexed ?? -1) indexed (Guarantee 16)")
             }
             if indexedRunning != nil { forgot = true }
@@ -678,13 +754,15 @@ private final class World {
             if Set(indices) != expected || indices.count != expected.count {
                 fail("cancelling cancelled works \(indices) where \(expected.sorted()) were in flight (Guarantee 13)")
             }
-            if (cancelled.found == .some) != (!expected.isEmpty || hadStored) {
+            if cancelled.found != (!expected.isEmpty || hadStored) {
                 fail("cancelling found \(cancelled.found) (Guarantees 13 and 15)")
             }
             if hadStored { (stored, expectedIndexed) = (nil, nil) }
             for index in indices {
                 let result = Result<Int, Error>.failure(CoalescingError.cancelled)
-                decide(index, machine.decide(works[index], with: result, stopping: true, at: .seconds(now)), result)
+                let decision = machine.decide(works[index], with: result, stopping: true, at: .seconds(now))
+                guard case .ends(let decided) = decision else { return fail("cancelling work \(index) was late") }
+                decide(index, decided, result)
             }
             deliverEvents()
         }
@@ -696,7 +774,7 @@ private final class World {
         if case .running = work.state.phase, work.state.callers.entries[record.slot].caller.isOpen {
             callers[i].withdrew = hearing ?? .failure(reason.error)
         }
-        switch machine.withdraw(work, slot: record.slot, reason: reason, hearing: hearing) {
+        switch machine.withdraw(work, slot: record.slot, reason: reason, hearing: hearing, at: .seconds(now)) {
         case .late:
             break
         case .left(let told, let reprioritizes):
@@ -711,9 +789,16 @@ private final class World {
     }
 
     /// Carries a decided end out: its settle waits for the events (here, or behind a delivery).
-    private func decide(_ work: Int, _ decided: Decided<Int>?, _ result: Result<Int, Error>, stores: Bool = false) {
-        guard let decided else { return }
+    private func decide(_ work: Int, _ decided: Decided<Int>, _ result: Result<Int, Error>, stores: Bool = false) {
         self.decided[work] = true
+        // Measured on the clock from its start, however it ended: abandoned too (Guarantee 22).
+        let expected = works[work].startedAt.map { .seconds(now) - $0 } ?? .zero
+        for case .event(.workEnded(_, work + 1, _, _, _, let duration)) in machine.outbox!.pending
+        where duration != expected {
+            fail(
+                "work \(work) ended at \(now) s and reported a duration of \(duration), not \(expected) "
+                    + "(Guarantee 22)")
+        }
         stepEnds.append(WorkOutcome(result))
         pending.append((work, result))
         if decided.stores != stores {
@@ -809,16 +894,13 @@ private final class World {
         writersDue.remove(at: writersDue.firstIndex(of: work)!)
         let group = holders[work] == 0 ? 1 : 0
         let free = holders[work] == nil && !isDecided(work) && !hasStarted(work)
-        switch machine.claimWriting(works[work], Self.writers[group]) {
-        case .writes:
-            if !free {
-                let why = holders[work] != nil ? "another thread held it" : isDecided(work) ? "it ended" : "it started"
-                fail("a thread was given the right to write work \(work)'s priority while \(why) (Guarantee 19)")
-            }
-            holders[work] = group
-        case .declined:
-            if free { fail("a thread was refused the right to write work \(work)'s priority, which nobody held") }
+        let writes = machine.claimWriting(works[work], Self.writers[group])
+        if writes, !free {
+            let why = holders[work] != nil ? "another thread held it" : isDecided(work) ? "it ended" : "it started"
+            fail("a thread was given the right to write work \(work)'s priority while \(why) (Guarantee 19)")
         }
+        if writes { holders[work] = group }
+        if !writes, free { fail("a thread was refused the right to write work \(work)'s priority, which nobody held") }
     }
 
     private func write(_ work: Int) {
@@ -859,16 +941,12 @@ private final class World {
     /// The operation starts: it waits for the write on its way, and runs only if the result is open.
     private func begin(_ work: Int) {
         let holder = holders[work].map { Self.writers[$0] }
-        let after: DispatchGroup?
-        switch machine.begin(works[work]) {
-        case .runs(let writer):
-            if isDecided(work) { fail("work \(work)'s operation runs after its result was decided (Guarantee 6)") }
-            after = writer
-        case .skips(let writer):
-            if !isDecided(work) { fail("work \(work)'s operation skips its work while it is in flight") }
-            after = writer
+        let begun = machine.begin(works[work])
+        if begun.runs, isDecided(work) {
+            fail("work \(work)'s operation runs after its result was decided (Guarantee 6)")
         }
-        if after !== holder {
+        if !begun.runs, !isDecided(work) { fail("work \(work)'s operation skips its work while it is in flight") }
+        if begun.after !== holder {
             fail("work \(work)'s operation starts without waiting for the thread writing its priority (Guarantee 19)")
         }
     }
@@ -1148,7 +1226,7 @@ private final class World {
     private func checkStatistics() {
         var expected = CoalescingStatistics()
         expected.workStarted = works.count
-        for record in callers where record.arrived && !record.foundStored {
+        for record in callers where record.arrived && !record.foundStored && !record.turnedAway {
             expected.callersArrived += 1
             if let withdrew = record.withdrew {
                 if Self.code(withdrew) == -3 { expected.callersTimedOut += 1 } else { expected.callersWithdrawn += 1 }
@@ -1251,7 +1329,9 @@ private final class World {
         for work in works { Self.combine(work.state, into: &h) }
         for record in callers {
             h.combine([record.work ?? -1, record.slot, record.progressCalls, record.lastCalls, record.took ?? -1])
-            h.combine([record.arrived, record.foundStored, record.parked, record.left, record.raised])
+            h.combine([
+                record.arrived, record.foundStored, record.turnedAway, record.parked, record.left, record.raised,
+            ])
             h.combine([record.inCall, record.delivering])
             h.combine(record.withdrew.map(Self.code))
         }

@@ -185,6 +185,36 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         XCTAssertEqual(consumed, 2)
     }
 
+    /// Guarantee 15's "until": once `cancel(key:)`, `cancelAll()` or `forget(key:)` returns, the
+    /// library holds nothing of the value it stored, on no path still on its way (the work's end,
+    /// its delivery to the prefetcher, the observer's deliveries); without and with an observer.
+    func testNothingHoldsAStoredValueOnceCancelCancelAllOrForgetReturns() async throws {
+        let observe: @Sendable (CoalescingEvent<String>) -> Void = { _ in }
+        for observed in [false, true] {
+            for control in ["cancel(key:)", "cancelAll()", "forget(key:)"] {
+                for run in 0..<300 {
+                    let coalescer = PrefetchableTaskCoalescer<String, Prefetched>(
+                        prefetchTimeout: .seconds(1), observer: observed ? observe : nil)
+                    let weak = LockedBox(WeakPrefetched())
+                    try await coalescer.prefetch(key: "feed") {
+                        let value = Prefetched()
+                        weak.value = WeakPrefetched(value: value)
+                        return value
+                    }
+                    let found =
+                        switch control {
+                        case "cancel(key:)": coalescer.cancel(key: "feed")
+                        case "cancelAll()": coalescer.cancelAll()
+                        default: coalescer.forget(key: "feed")
+                        }
+                    XCTAssertTrue(found, "\(control), run \(run): the value was stored")
+                    let observing = observed ? ", observed" : ""
+                    XCTAssertNil(weak.value.value, "\(control) returned, run \(run)\(observing): the value lives")
+                }
+            }
+        }
+    }
+
     func testCancelAllDropsEveryResultAndCancelsAllWork() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()
@@ -474,6 +504,14 @@ private struct StressPlan {
         }
         return problems
     }
+}
+
+/// A stored value, watched through a weak reference to it.
+private final class Prefetched: Sendable {}
+
+private struct WeakPrefetched: @unchecked Sendable {
+    // @unchecked: read and written only inside a `LockedBox`.
+    weak var value: Prefetched?
 }
 
 /// Work that counts its runs and returns the run number.

@@ -3,8 +3,8 @@ import Foundation
 import TestSupport
 import XCTest
 
-/// The four priority and misuse findings of issue 34's fuzzer, each as the smallest program that
-/// showed it: Guarantee 19 (a task's priority can only raise the work, and every caller counts
+/// The four priority and misuse findings of issue 34's fuzzer, and issue 39's, each as the
+/// smallest program that showed it: Guarantee 19 (a task's priority can only raise the work, and every caller counts
 /// with what it brought; one that asks for nothing holds nothing) and Guarantee 10 (only an
 /// operation not yet started can be joined by hand).
 final class PriorityFindingsTests: XCTestCase {
@@ -97,6 +97,57 @@ final class PriorityFindingsTests: XCTestCase {
         manager.queue.isSuspended = false
         XCTAssertTrue(recorder.waitForCalls(1))
         recorder.assertValue("caller", 7)
+    }
+
+    // MARK: Issue 39's finding: beside the operation that runs the work, the app's floor counts
+
+    /// The first caller, a `.background` task, starts the work asking for `(high, background)`:
+    /// the work is written `(high, default)`, its floor `(normal, default)` raised.
+    private func raisedByAFirstCaller(
+        of manager: OperationQueueManager
+    ) async -> (Task<Int, Error>, CoalescibleOperation<Int>) {
+        let runner = LockedBox<CoalescibleOperation<Int>?>(nil)
+        let asked = OperationPriority(queuePriority: .high, qualityOfService: .background)
+        let first = Task(priority: .background) {
+            try await manager.value(identifier: "k", priority: asked) {
+                let operation = sevenAt()
+                runner.value = operation
+                return operation
+            }
+        }
+        await waitUntil("the first caller raised the work") { runner.value?.queuePriority == .high }
+        return (first, runner.value!)
+    }
+
+    func testATaskAwaitingTheOperationThatRunsTheWorkLetsItFallToTheAppsFloorWhenTheOthersLeave() async throws {
+        let manager = waitingManager()
+        let (first, host) = await raisedByAFirstCaller(of: manager)
+        let second = Task(priority: .medium) { try await manager.value(of: host) }
+        await waitUntil("the second task waits") { manager.statistics.callersWaiting == 2 }
+        first.cancel()
+        await XCTAssertThrowsCancellation(try await first.value)
+        await waitUntil("the first caller took its urgency with it") { host.queuePriority == .normal }
+        XCTAssertEqual(host.qualityOfService, .default, "a .medium task asks for .default")
+        manager.queue.isSuspended = false
+        let value = try await second.value
+        XCTAssertEqual(value, 7)
+    }
+
+    func testACallerAskingForNothingBesideTheOperationThatRunsTheWorkHoldsNothing() async throws {
+        let manager = waitingManager()
+        let (first, host) = await raisedByAFirstCaller(of: manager)
+        XCTAssertTrue(manager.forget(identifier: "k"))
+        let recorder = ResultRecorder<Int>()
+        manager.enqueue(
+            identifier: "k", priority: nil, makeOperation: { host }, completionHandler: recorder.handler("second"))
+        XCTAssertEqual(manager.statistics.callersWaiting, 2, "the second caller waits for the running operation")
+        first.cancel()
+        await XCTAssertThrowsCancellation(try await first.value)
+        await waitUntil("the first caller took its urgency with it") { host.queuePriority == .normal }
+        XCTAssertEqual(host.qualityOfService, .default, "the app's floor, not what was last written")
+        manager.queue.isSuspended = false
+        XCTAssertTrue(recorder.waitForCalls(1))
+        recorder.assertValue("second", 7)
     }
 
     // MARK: Finding 4: only an operation not yet started can be joined by hand

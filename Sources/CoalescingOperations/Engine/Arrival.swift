@@ -5,14 +5,14 @@ import Foundation
 // the caller goes and returns it as an action that the storage (Engine.swift) carries out.
 
 extension Machine {
-    /// Event: a caller arrives with `key` and joins the work in flight for it, if any; nil if
-    /// there is none, and the front-end makes the operation that starts it.
+    /// Event: a caller arrives with `key` and joins the work in flight for it (its phase
+    /// decides, in ``inFlight(_:as:)``). Nil, nothing is in flight and nothing changed: the
+    /// front-end then makes the operation that starts the work, and admits it.
     @inlinable mutating func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
     ) -> Entry<Key, Value>? {
         guard let work = inFlight(key, as: Value.self) else { return nil }
-        let joined = join(work, caller, asking: urgency, watching: sink)
-        return Entry(work, joined)
+        return join(work, caller, asking: urgency, watching: sink)
     }
 
     /// Event: a task caller arrives with `key`, in `role`, at `priority`. A consumer takes a value
@@ -35,14 +35,15 @@ extension Machine {
         let caller = Caller<Value>.arriving(consumes: role == .consumer)
         if let work = inFlight(key, as: Value.self) {
             if role == .prefetcher { work.state.isPrefetch = true }
-            let joined = join(work, caller, asking: Urgency(priority), watching: sink)
-            return .joins(work, joined)
+            let entry = join(work, caller, asking: Urgency(priority), watching: sink)
+            return .joins(entry)
         }
         let work: Work<Key, Value> = newWork(key, runner: .unstarted, policy: policy, floor: Urgency(start), at: now)
         work.state.isPrefetch = role == .prefetcher
         self.start(work)
-        let joined = join(work, caller, asking: nil, watching: sink)
-        return .starts(work, joined)
+        var entry = join(work, caller, asking: nil, watching: sink)
+        entry.started = true
+        return .starts(entry)
     }
 
     /// Event: the task that runs `work` was created, in the step its work started.
@@ -51,85 +52,83 @@ extension Machine {
     }
 }
 
-extension Machine where Key == OperationKey {
-    /// Event: `operation` arrives under `key`, asking for `urgency`, and `newcomer` with it, if
-    /// any, in place of its own caller. `claim` takes the operation, in one turn of its lock, to
-    /// join a work (in a slot) or run one, or says what it is when it is not fresh.
-    ///
-    /// The operation joins the work in flight, or starts new work (its own caller, watching `sink`,
-    /// the first to wait); not fresh, it is handed to the queue if it is on none, or left alone.
-    /// The newcomer then waits for the work the operation started or joined, or one it was
-    /// enqueued here for before, while that work's result is open; a handler that finds none is
-    /// refused: it hears that its work was cancelled.
-    @inlinable mutating func admit<Value>(
-        _ operation: CoalescibleOperation<Value>, as key: OperationKey, asking urgency: Urgency,
-        policy: AbandonedWorkPolicy, watching sink: ProgressSink?,
-        then newcomer: OperationQueueManager.Newcomer<Value>?,
-        at now: Duration?, claim: (Work<OperationKey, Value>, Int?) -> CoalescibleOperation<Value>.Taking
-    ) -> Admitted<Value> {
-        var admitted = Admitted<Value>()
-        let taking: CoalescibleOperation<Value>.Taking
+extension Machine {
+    /// The first step of an operation's admission under `key`: where it would go. Into the work
+    /// in flight, in the next slot; or to run new work, made here for `operation` at `floor`, and
+    /// known to nothing until ``admit(_:_:taken:asking:watching:then:)`` starts it.
+    @inlinable func planAdmission<Value>(
+        _ key: Key, running operation: CoalescibleOperation<Value>, floor: Urgency, policy: AbandonedWorkPolicy,
+        at now: Duration?
+    ) -> AdmissionPlan<Key, Value> {
         if let work = inFlight(key, as: Value.self) {
-            taking = claim(work, work.state.callers.entries.count)
-            if case .joins = taking {
-                let joined = join(work, .operation(operation), asking: urgency, watching: sink)
-                admitted = Admitted(.joinedWork, Entry(work, joined))
-            }
-        } else {
-            let work = newWork(key, runner: .operation(operation), policy: policy, floor: urgency, at: now)
-            taking = claim(work, nil)
-            if case .runs(let own) = taking {
-                start(work)
-                var joined: Joined?
-                if let own {
-                    joined = join(work, .handler(own, queue: operation.callBackQueue), asking: nil, watching: sink)
-                }
-                admitted = Admitted(.startedWork, Entry(work, joined, started: true))
-                admitted.queued = true
-            }
+            return AdmissionPlan(work: work, slot: work.state.callers.entries.count)
         }
-        switch taking {
-        case .joins, .runs:
-            break
-        case .unqueued(let runs):
+        return AdmissionPlan(work: newWork(key, runner: .operation(operation), policy: policy, floor: floor, at: now))
+    }
+
+    /// Event: `operation`, asking for `urgency` (what the app set on it), was `taken` for `plan`,
+    /// and `newcomer` comes with it, if any, in place of its own caller.
+    ///
+    /// Taken fresh, the operation joins the work in flight or starts the planned work (its own
+    /// caller, watching `sink`, the first to wait). Not fresh, it is handed to the queue if it is
+    /// on none, or left alone. The newcomer then waits for the work the operation started or
+    /// joined, or one it runs or joined here before, while that work's result is open; one that
+    /// finds none is turned away.
+    @inlinable mutating func admit<Value>(
+        _ operation: CoalescibleOperation<Value>, _ plan: AdmissionPlan<Key, Value>, taken: Taking<Key, Value>,
+        asking urgency: Urgency, watching sink: ProgressSink?, then newcomer: OperationQueueManager.Newcomer<Value>?
+    ) -> Admission<Key, Value> {
+        let entry: Entry<Key, Value>
+        // Whether the operation runs the work: its priority is then the work's floor, and its
+        // getters say what the callers last wrote there (Guarantee 19).
+        let runs: Bool
+        switch taken {
+        case .joins:
+            let joined = join(plan.work, .operation(operation), asking: urgency, watching: sink)
+            (entry, runs) = (joined, false)
+        case .runs(let own):
+            start(plan.work)
+            var started = Entry(plan.work, slot: nil)
+            if let own { started = join(plan.work, own, asking: nil, watching: sink) }
+            started.started = true
+            (entry, runs) = (started, true)
+        case .unqueued(let ownWork):
             // Not fresh, but on no queue: work of its own, or cancelled before it was enqueued.
-            admitted.admission = runs ? .startedWork : .ignored
-            admitted.queued = true
-        case .refused(let work?) where newcomer != nil:
-            if case .running = work.state.phase { admitted = Admitted(.joinedWork, Entry(work, nil)) }
+            return .turnsAway(enqueues: true, runs: ownWork)
+        case .refused(let found?, let runsFound) where newcomer != nil:
+            switch found.state.phase {
+            case .running: (entry, runs) = (Entry(found, slot: nil), runsFound)
+            case .deciding, .stored, .ended: return .turnsAway(enqueues: false, runs: false)
+            }
         case .refused:
-            break
+            return .turnsAway(enqueues: false, runs: false)
         }
-        guard let newcomer else { return admitted }
-        guard let entry = admitted.entry else {
-            if case .handler = newcomer.caller { admitted.refusesNewcomer = true }
-            return admitted
-        }
-        // Where the operation started the work, its priority is the work's floor, which the app may
-        // move: the newcomer asks only for what it brought itself (Guarantee 19).
-        let asked = entry.started ? newcomer.urgency : newcomer.asking(beside: urgency)
+        guard let newcomer else { return entry.started ? .starts(entry) : .joins(entry) }
+        // Beside the operation that runs the work, the newcomer asks only for what it brought.
+        let asked = runs ? newcomer.urgency : newcomer.asking(beside: urgency)
         var joined = join(entry.work, newcomer.caller, asking: asked, watching: newcomer.sink)
-        if entry.joined?.raised == true { joined.raised = true }
-        admitted.entry = Entry(entry.work, joined, started: entry.started)
-        return admitted
+        if entry.raised { joined.raised = true }
+        joined.started = entry.started
+        return entry.started ? .starts(joined) : .joins(joined)
     }
 }
 
 // MARK: - Actions
 
-/// Where a caller arrived: the work it started or joined and what the join decided, for the
-/// storage's `follow` to carry out.
+/// Where a caller arrived, and what its join decided, for the storage's `follow` to carry out:
+/// the work it started or joined, its slot there, whether it raised the work's priority (to
+/// write), whether it is owed the latest progress (to deliver), and whether it started the work
+/// (to watch for stalls).
 @usableFromInline struct Entry<Key: Hashable & Sendable, Value: Sendable> {
     @usableFromInline let work: Work<Key, Value>
     /// Nil for an operation that started work with no caller of its own.
-    @usableFromInline let joined: Joined?
-    /// Whether the caller started the work: it is then watched for stalls.
-    @usableFromInline let started: Bool
+    @usableFromInline let slot: Int?
+    @usableFromInline var raised = false
+    @usableFromInline var delivers = false
+    @usableFromInline var started = false
 
-    @inlinable init(_ work: Work<Key, Value>, _ joined: Joined?, started: Bool = false) {
-        self.work = work
-        self.joined = joined
-        self.started = started
+    @inlinable init(_ work: Work<Key, Value>, slot: Int?) {
+        (self.work, self.slot) = (work, slot)
     }
 }
 
@@ -140,27 +139,47 @@ extension Machine where Key == OperationKey {
     /// A prefetcher found a value stored already: nothing to do.
     case alreadyStored
     /// It joined the work in flight.
-    case joins(Work<Key, Value>, Joined)
+    case joins(Entry<Key, Value>)
     /// It started new work, whose task the storage creates now.
-    case starts(Work<Key, Value>, Joined)
+    case starts(Entry<Key, Value>)
+}
+
+/// Where an arriving operation would go: into `work` in flight, in `slot`; or (nil `slot`) to run
+/// `work`, new.
+@usableFromInline struct AdmissionPlan<Key: Hashable & Sendable, Value: Sendable> {
+    @usableFromInline let work: Work<Key, Value>
+    @usableFromInline let slot: Int?
+
+    @inlinable init(work: Work<Key, Value>, slot: Int? = nil) {
+        (self.work, self.slot) = (work, slot)
+    }
+}
+
+/// What taking an operation for a plan found, in one turn of the operation's lock: what the
+/// operation is, for the admission to decide from.
+@usableFromInline enum Taking<Key: Hashable & Sendable, Value: Sendable> {
+    /// Fresh, taken to join the planned work: its completion handler stays with it until it hears.
+    case joins
+    /// Fresh, taken to run the planned work: `own` is its completion handler, if any, as the
+    /// work's first caller, no longer held by the operation.
+    case runs(own: Caller<Value>?)
+    /// Not fresh, and on no queue, so handed to the manager's queue now (admission only): it
+    /// `runs` work of its own, or was decided before it was enqueued.
+    case unqueued(runs: Bool)
+    /// Not fresh: nobody may take it. `work` is the work it runs (`runs`) or joined in this
+    /// engine, if any (admission only).
+    case refused(Work<Key, Value>?, runs: Bool)
 }
 
 /// What admitting an operation decided.
-@usableFromInline struct Admitted<Value: Sendable> {
-    @usableFromInline var admission = CoalescingHandle<Value>.Admission.ignored
-    /// The work the caller started or joined here, and its slot there.
-    @usableFromInline var entry: Entry<OperationKey, Value>?
-    /// Whether the operation must be added to the queue.
-    @usableFromInline var queued = false
-    /// Whether the newcomer, a handler that came with an operation that was not fresh and found no
-    /// work, hears that its work was cancelled. (A flag, not the caller: a field whose layout
-    /// depends on `Value` made every join copy and destroy this action through value witnesses.)
-    @usableFromInline var refusesNewcomer = false
-
-    @inlinable init(
-        _ admission: CoalescingHandle<Value>.Admission = .ignored, _ entry: Entry<OperationKey, Value>? = nil
-    ) {
-        self.admission = admission
-        self.entry = entry
-    }
+@usableFromInline enum Admission<Key: Hashable & Sendable, Value: Sendable> {
+    /// The operation starts the work: it goes on the queue; `entry` is the newcomer's, or the
+    /// operation's own caller's.
+    case starts(Entry<Key, Value>)
+    /// The operation, or the newcomer beside it, joined the work in flight: nothing is queued.
+    case joins(Entry<Key, Value>)
+    /// Nothing to start or join: the operation goes on the queue if it `enqueues` (it was on none,
+    /// and `runs` work of its own or ends at once); the newcomer, if any, is turned away: it hears
+    /// that its work was cancelled.
+    case turnsAway(enqueues: Bool, runs: Bool)
 }

@@ -128,3 +128,10 @@ enum Controls {
         }
     }
 }
+
+/// What the prefetchers of work that stored its value hear: that it is stored, not the value, which
+/// is its consumer's alone, so that nothing on the way to them keeps it once it is dropped
+/// (Guarantee 15). Only a prefetcher waits for such work, and it returns when it hears this.
+@usableFromInline struct StoredForAConsumer: Error {
+    @inlinable init() {}
+}

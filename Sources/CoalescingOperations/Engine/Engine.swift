@@ -79,45 +79,42 @@ import Foundation
         let sink = progress.map { ProgressSink(queue: nil, onProgress: $0) }
         let startPriority = priority ?? callerPriority
         let now = time()
-        // Returned rather than captured: a `var` the closure mutates may cost an allocation.
-        let (arrival, entry) = state.withLock { machine -> (Arrival<Key, Value>, Entry<Key, Value>?) in
+        let arrival = state.withLock { machine -> Arrival<Key, Value> in
             let arrival: Arrival<Key, Value> = machine.arrive(
                 key, as: role, at: callerPriority, starting: startPriority, policy: whenAbandoned, watching: sink,
                 at: now)
-            switch arrival {
-            case .taken, .alreadyStored:
-                return (arrival, nil)
-            case .joins(let work, let joined):
-                return (arrival, Entry(work, joined))
-            case .starts(let work, let joined):
-                // Created under the lock, so that its end cannot overtake this arrival.
-                let task = startTask(for: work, name: name, priority: startPriority) { [self] in
-                    do {
-                        end(work, with: .success(try await operation()))
-                    } catch {
-                        end(work, with: .failure(error))
-                    }
+            guard case .starts(let entry) = arrival else { return arrival }
+            let work = entry.work
+            // Created under the lock, so that its end cannot overtake this arrival.
+            let task = startTask(for: work, name: name, priority: startPriority) { [self] in
+                let stored: Decided<Value>?
+                do {
+                    stored = endUnlessStored(work, with: .success(try await operation()))
+                } catch {
+                    stored = endUnlessStored(work, with: .failure(error))
                 }
-                machine.assign(task, to: work)
-                return (arrival, Entry(work, joined, started: true))
+                // Carried out once this task holds nothing of the value: the prefetchers hear
+                // that it is stored, and nothing on their way keeps it (Guarantee 15).
+                if let stored { carryOut(.ends(stored), of: work, with: .failure(StoredForAConsumer())) }
             }
+            machine.assign(task, to: work)
+            return arrival
         }
-        follow(entry, timeout: timeout, sink: sink)
+        switch arrival {
+        case .joins(let entry), .starts(let entry): follow(entry, timeout: timeout, sink: sink)
+        case .taken, .alreadyStored: deliverEvents()
+        }
         return arrival
     }
 
     /// What follows every arrival once the lock is released: new work is watched for stalls, the
     /// caller's timeout armed, the work's priority raised, the latest progress delivered, the
     /// events delivered. Only a caller that asked for a deadline, or for progress, pays for it.
-    @inlinable func follow<Value>(_ entry: Entry<Key, Value>?, timeout: Duration?, sink: ProgressSink? = nil) {
-        if let entry {
-            if entry.started { watchForStall(entry.work) }
-            if let timeout { armTimeout(entry.work, slot: entry.joined?.slot, after: timeout) }
-            if entry.joined?.raised == true { applyPriority(of: entry.work) }
-            if let joined = entry.joined, joined.delivers, let sink {
-                deliverCalls(to: joined.slot, of: entry.work, via: sink)
-            }
-        }
+    @inlinable func follow<Value>(_ entry: Entry<Key, Value>, timeout: Duration?, sink: ProgressSink? = nil) {
+        if entry.started { watchForStall(entry.work) }
+        if let timeout { armTimeout(entry.work, slot: entry.slot, after: timeout) }
+        if entry.raised { applyPriority(of: entry.work) }
+        if entry.delivers, let slot = entry.slot, let sink { deliverCalls(to: slot, of: entry.work, via: sink) }
         deliverEvents()
     }
 
@@ -128,7 +125,9 @@ import Foundation
     @usableFromInline func withdraw<Value>(
         _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
     ) {
-        let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result) }
+        // Read before locking, as for any end: abandoned work reports how long it ran.
+        let now = time()
+        let withdrawal = state.withLock { $0.withdraw(work, slot: slot, reason: reason, hearing: result, at: now) }
         switch withdrawal {
         case .late:
             break
@@ -149,11 +148,24 @@ import Foundation
         carryOut(decide(work, with: result, stopping: stopping), of: work, with: result)
     }
 
-    /// The first half of an end: decides `work`'s result, unless it was decided already (nil).
+    /// Ends a task's `work` with `result`, unless it stores its value for a consumer: that end is
+    /// returned, to carry out once the caller has let go of the value.
+    @inlinable func endUnlessStored<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
+        -> Decided<Value>?
+    {
+        let decision = decide(work, with: result)
+        guard case .ends(let decided) = decision, decided.stores else {
+            carryOut(decision, of: work, with: result)
+            return nil
+        }
+        return decided
+    }
+
+    /// The first half of an end: decides `work`'s result, unless it was decided already (late).
     /// The operation that runs the work tells Foundation of its cancellation between the halves.
     @inlinable func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false
-    ) -> Decided<Value>? {
+    ) -> Decision<Value> {
         let now = time()
         return state.withLock { $0.decide(work, with: result, stopping: stopping, at: now) }
     }
@@ -161,9 +173,9 @@ import Foundation
     /// The second half of an end: the work stops, then its callers hear; a value stored for a
     /// consumer has its expiry armed.
     @inlinable func carryOut<Value>(
-        _ decided: Decided<Value>?, of work: Work<Key, Value>, with result: Result<Value, Error>
+        _ decision: Decision<Value>, of work: Work<Key, Value>, with result: Result<Value, Error>
     ) {
-        guard let decided else { return }
+        guard case .ends(let decided) = decision else { return }
         stop(decided)
         announceEnd(work, decided, with: result)
         if decided.stores { armExpiry() }
@@ -207,21 +219,20 @@ import Foundation
         let cancelled = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
         for work in cancelled.works { work.cancel(in: self) }
         deliverEvents()
-        return cancelled.found == .some
+        return cancelled.found
     }
 
     /// Forgets the work in flight under every key that `matches`; returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        let found = state.withLock { $0.forget(where: matches) }
-        return found == .some
+        state.withLock { $0.forget(where: matches) }
     }
 
     // MARK: Progress
 
     /// The work reports `progress`: every caller that asked for it hears, one call at a time.
     @usableFromInline func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>) {
-        let reported = state.withLock { $0.report(progress, for: work) }
-        for (slot, sink) in reported.starting {
+        let starting = state.withLock { $0.report(progress, for: work) }
+        for (slot, sink) in starting {
             deliverCalls(to: slot, of: work, via: sink)
         }
     }
@@ -293,20 +304,20 @@ import Foundation
 
     /// Changes the urgency the caller in `slot` asks for; nothing once it has left (Guarantee 19).
     @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?) {
-        let action = state.withLock { $0.reprioritize(work, slot: slot, to: urgency) }
-        if action == .write { applyPriority(of: work) }
+        let writes = state.withLock { $0.reprioritize(work, slot: slot, to: urgency) }
+        if writes { applyPriority(of: work) }
     }
 
     /// A waiting task caller was escalated to `priority`.
     @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
-        let action = state.withLock { $0.escalate(work, slot: slot, to: priority) }
-        if action == .write { applyPriority(of: work) }
+        let writes = state.withLock { $0.escalate(work, slot: slot, to: priority) }
+        if writes { applyPriority(of: work) }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
     func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) {
-        let action = state.withLock { $0.setFloor(of: work, change) }
-        if action == .write { applyPriority(of: work) }
+        let writes = state.withLock { $0.setFloor(of: work, change) }
+        if writes { applyPriority(of: work) }
     }
 
     /// Writes the work's priority to whatever runs it until it matches what its callers ask.
@@ -316,11 +327,9 @@ import Foundation
     /// changes the priority once the work has started.
     @usableFromInline func applyPriority<Value>(of work: Work<Key, Value>) {
         let writer = DispatchGroup()
-        let claim = state.withLock { $0.claimWriting(work, writer) }
-        switch claim {
-        case .declined: return
-        case .writes: writer.enter()
-        }
+        let writes = state.withLock { $0.claimWriting(work, writer) }
+        guard writes else { return }
+        writer.enter()
         while true {
             let next = state.withLock { $0.nextPriority(of: work) }
             guard case .write(let priority, let runner) = next else { break }
@@ -334,14 +343,8 @@ import Foundation
     /// progress; returns whether the work is still in flight, so that its operation runs.
     func begin<Value>(_ work: Work<Key, Value>) -> Bool {
         let begun = state.withLock { $0.begin(work) }
-        switch begun {
-        case .runs(let writer):
-            writer?.wait()
-            return true
-        case .skips(let writer):
-            writer?.wait()
-            return false
-        }
+        begun.after?.wait()
+        return begun.runs
     }
 
     // MARK: Timers
@@ -430,49 +433,47 @@ extension Engine where Key == OperationKey {
     /// the operation's own caller, with the operation's urgency unless it states its own.
     @inlinable func admit<Value>(
         _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
-        then newcomer: OperationQueueManager.Newcomer<Value>?
-    ) -> Admitted<Value> {
+        then newcomer: OperationQueueManager.Newcomer<Value>?, queued: Bool = true
+    ) -> Admission<OperationKey, Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
         let key = OperationKey(identifier: operation.identifier, valueType: Value.self)
         let now = time()
         return state.withLock { machine in
-            machine.admit(
-                operation, as: key, asking: urgency, policy: policy, watching: sink, then: newcomer, at: now
-            ) { work, slot in
-                operation.take(work, of: self, slot: slot, admitting: true)
-            }
+            let plan = machine.planAdmission(key, running: operation, floor: urgency, policy: policy, at: now)
+            // Taken under the lock, the one action that cannot wait for its release: the plan's slot
+            // and its new work would otherwise go to another arrival first, and the operation's
+            // claim must hold for the work it is admitted to (as a task is created under it).
+            let taken = operation.take(plan.work, of: self, slot: plan.slot, queued: queued, admitting: queued)
+            return machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer)
         }
     }
 
-    // MARK: The deprecated hand-join: its events, `joinByHand` and `adopt`, are in Deprecations.swift
+    // MARK: The deprecated hand-join: its machine's step, `planJoiningByHand`, is in Deprecations.swift
 
     /// The deprecated `coalesce(operation:)`: `operation` joins `work`, if the machine lets it.
     /// Returns whether it joined.
     func join<Value>(_ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: operation))
-        let entry = state.withLock { machine in
-            machine.joinByHand(operation, to: work, asking: urgency) { slot in
-                operation.take(work, of: self, slot: slot)
-            }
+        let admission = state.withLock { machine -> Admission<OperationKey, Value>? in
+            guard let plan = machine.planJoiningByHand(work) else { return nil }
+            // Taken under the lock, as at any admission.
+            let taken = operation.take(work, of: self, slot: plan.slot)
+            return machine.admit(operation, plan, taken: taken, asking: urgency, watching: nil, then: nil)
         }
+        guard case .joins(let entry) = admission else { return false }
         follow(entry, timeout: nil)
-        return entry != nil
+        return true
     }
 
-    /// Work for an operation that others join by hand, in an engine of its own that indexes it
-    /// nowhere: its result takes the same path as any other.
+    /// Work for an operation that others join by hand, started by an engine of its own, which
+    /// nothing else reaches: its result takes the same path as any other. The operation is taken
+    /// for no queue: the app enqueues it.
     static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
         let engine = Engine(observer: nil, stallThreshold: nil, clock: EngineClock(ContinuousClock()))
-        let work = Work<OperationKey, Value>(
-            key: OperationKey(identifier: operation.identifier, valueType: Value.self), number: 0,
-            runner: .operation(operation),
-            policy: operation.abandonedWorkPolicy, floor: Urgency(OperationPriority(of: operation)), startedAt: nil)
-        return engine.state.withLock { machine in
-            guard case .runs(let own) = operation.take(work, of: engine, slot: nil, queued: false) else { return nil }
-            machine.adopt(work, own: own, on: operation.callBackQueue)
-            return work
-        }
+        let admission = engine.admit(operation, then: nil, queued: false)
+        guard case .starts(let entry) = admission else { return nil }
+        return entry.work
     }
 }

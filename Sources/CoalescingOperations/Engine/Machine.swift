@@ -7,7 +7,7 @@ import Foundation
 /// callers and operations can name it; the machine alone changes it. The machine's parts live
 /// beside what they are about: the arrival events in Arrival.swift, the steps of one caller's
 /// slot in Work.swift, the priority in Priority.swift, the delivery of events in Observing.swift,
-/// and the deprecated hand-join's events in Deprecations.swift.
+/// and the deprecated hand-join's one step of its own in Deprecations.swift.
 ///
 /// One `mutating func` per event, each returning what must happen next, named for that event.
 /// The machine decides and never acts: it runs no user code, resumes no continuation, posts no
@@ -80,23 +80,23 @@ import Foundation
     /// moves the work (Guarantee 19).
     @inlinable mutating func join<Value>(
         _ work: Work<Key, Value>, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink? = nil
-    ) -> Joined {
+    ) -> Entry<Key, Value> {
         switch work.state.phase {
         case .running: break
         case .deciding, .stored, .ended: preconditionFailure("Machine: a caller joined decided work \(work.number)")
         }
         let slot = work.state.callers.add(caller)
-        guard caller.waits else { return Joined(slot: slot) }
-        var joined = Joined(slot: slot)
-        if let urgency { joined.raised = work.state.demand(urgency, from: slot) }
-        if let sink { joined.delivers = work.state.watch(sink, in: slot) }
+        var entry = Entry(work, slot: slot)
+        guard caller.waits else { return entry }
+        if let urgency { entry.raised = work.state.demand(urgency, from: slot) }
+        if let sink { entry.delivers = work.state.watch(sink, in: slot) }
         if case .arriving = caller { work.state.callers.unparked += 1 }
         work.state.callers.live += 1
         let joining = work.state.callers.arrivals > 0
         statistics.countArrival(joining: joining)
         if joining { record(.callerJoined(key: work.key, work: work.number, callers: work.state.callers.live)) }
         work.state.callers.arrivals += 1
-        return joined
+        return entry
     }
 
     // MARK: Leaving
@@ -104,9 +104,11 @@ import Foundation
     /// Event: the caller in `slot` withdraws or times out, hearing its error, or (a joined
     /// operation finished by hand) `result`. Nil `slot` stands for the operation that started the
     /// work with no caller of its own: it abandons the work only if nobody waits. When the last
-    /// caller leaves, the work follows its ``AbandonedWorkPolicy``.
+    /// caller leaves, the work follows its ``AbandonedWorkPolicy``, abandoned `now` on the
+    /// coalescer's clock if it keeps time.
     @usableFromInline mutating func withdraw<Value>(
-        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>? = nil
+        _ work: Work<Key, Value>, slot: Int?, reason: WithdrawalReason, hearing result: Result<Value, Error>?,
+        at now: Duration?
     ) -> Withdrawal<Value> {
         switch work.state.phase {
         case .running:
@@ -137,8 +139,10 @@ import Foundation
         guard waited, work.state.callers.live == 0, work.policy == .cancel else {
             return .left(told, reprioritizes: reprioritizes)
         }
-        let decided = decide(work, with: .failure(CoalescingError.cancelled), stopping: true)
-        guard let decided else { preconditionFailure("Machine: work \(work.number) in flight was not decided") }
+        let decision = decide(work, with: .failure(CoalescingError.cancelled), stopping: true, at: now)
+        guard case .ends(let decided) = decision else {
+            preconditionFailure("Machine: work \(work.number) in flight was not decided")
+        }
         return .abandoned(decided, told)
     }
 
@@ -175,28 +179,32 @@ import Foundation
 
     /// Event: the work reports `progress`. Returns the slots whose delivery starts; the others have
     /// one on its way, which takes the latest value along (Guarantee 27).
-    @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>) -> Reported {
-        var reported = Reported()
+    @usableFromInline mutating func report<Value>(_ progress: WorkProgress, for work: Work<Key, Value>)
+        -> [(slot: Int, sink: ProgressSink)]
+    {
+        var starting: [(slot: Int, sink: ProgressSink)] = []
         switch work.state.phase {
         case .running:
             break
         case .deciding, .stored, .ended:
             // Late, and expected: reported as the result was decided; nobody hears it (Guarantee 24).
-            return reported
+            return starting
         }
         work.state.progress = progress
         for slot in work.state.calls.keys where work.state.callers.entries[slot].caller.isOpen {
             work.state.calls[slot]!.latest = progress
             if !work.state.calls[slot]!.busy {
                 work.state.calls[slot]!.busy = true
-                reported.starting.append((slot, work.state.calls[slot]!.sink))
+                starting.append((slot, work.state.calls[slot]!.sink))
             }
         }
-        return reported
+        return starting
     }
 
     /// Event: a call to the caller in `slot` returned (or a delivery starts). Returns the next call
     /// to make: the latest progress, then the caller's last call, then nothing (Guarantee 24).
+    /// Phase-free: a caller's calls run their course, one at a time, whatever the work's phase;
+    /// its last call is decided, and its slot closed, before it is queued here.
     @usableFromInline mutating func nextCall<Value>(_ work: Work<Key, Value>, slot: Int) -> NextCall<Value> {
         guard var call = work.state.calls[slot] else { return .none }
         if let progress = call.latest {
@@ -221,18 +229,18 @@ import Foundation
 
     /// Event: the work's result is decided (it finished, was cancelled, or was abandoned), `now`
     /// on the coalescer's clock if it keeps time: counted and recorded now, handed to the callers
-    /// at ``settle(_:with:)``. Nil if already decided. Inlinable, like ``settle(_:with:)``:
-    /// unspecialized, each looked its types up at every end.
+    /// at ``settle(_:with:)``. Inlinable, like ``settle(_:with:)``: unspecialized, each looked its
+    /// types up at every end.
     @inlinable mutating func decide<Value>(
         _ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool, at now: Duration? = nil
-    ) -> Decided<Value>? {
+    ) -> Decision<Value> {
         switch work.state.phase {
         case .running:
             break
         case .deciding, .stored, .ended:
             // Late, and expected: finished as it was cancelled, or cancelled as it finished; the first
             // decision stands (Guarantee 2).
-            return nil
+            return .late
         }
         var stores = false
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
@@ -256,7 +264,7 @@ import Foundation
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                 duration: duration))
-        return Decided(runner: work.state.runner, stopping: stopping, stores: stores)
+        return .ends(Decided(runner: work.state.runner, stopping: stopping, stores: stores))
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -310,8 +318,8 @@ import Foundation
 
     /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
     /// stored for it is dropped.
-    mutating func forget(where matches: (Key) -> Bool) -> Found {
-        var found = Found.nothing
+    mutating func forget(where matches: (Key) -> Bool) -> Bool {
+        var found = false
         for (key, work) in index where matches(key) {
             index[key] = nil
             switch work.stage {
@@ -319,7 +327,7 @@ import Foundation
             case .stored: work.dropStored()
             case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
-            found = .some
+            found = true
         }
         return found
     }
@@ -335,105 +343,92 @@ import Foundation
             case .stored:
                 index[key] = nil
                 work.dropStored()
-                cancelled.found = .some
+                cancelled.found = true
             case .deciding, .ended:
                 preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
         }
         if includingForgotten { cancelled.works += forgotten.values }
-        if !cancelled.works.isEmpty { cancelled.found = .some }
+        if !cancelled.works.isEmpty { cancelled.found = true }
         return cancelled
     }
 
     /// Event: the stall threshold passed since `work` started.
     mutating func stalled<Value>(_ work: Work<Key, Value>, after threshold: Duration) -> Stall {
-        switch work.state.phase {
-        case .running where work.state.callers.live > 0:
-            let callers = work.state.callers.live
-            record(.workStalled(key: work.key, work: work.number, callers: callers, elapsed: threshold))
-            return .reported(callers: callers)
-        case .running, .deciding, .stored, .ended:
-            // Nobody waits, or it ended in time.
-            return .quiet
-        }
+        // Reported while it runs with callers waiting; quiet if nobody waits, or it ended in time.
+        guard case .running = work.state.phase, work.state.callers.live > 0 else { return .quiet }
+        record(.workStalled(key: work.key, work: work.number, callers: work.state.callers.live, elapsed: threshold))
+        return .reported(callers: work.state.callers.live)
     }
 
     // MARK: Priority
 
     /// Event: the caller in `slot` asks for `urgency` instead; never for a caller that left, which
-    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil).
+    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil). Returns
+    /// whether the work's priority must be written.
     @usableFromInline mutating func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?)
-        -> PriorityAction
+        -> Bool
     {
-        guard let slot else { return .none }
-        switch work.state.phase {
-        case .running where work.state.callers.entries[slot].caller.waits:
-            // Both, whatever the first returns: the old urgency goes, the new one comes.
-            let released = work.state.release(slot)
-            var raised = false
-            if let urgency { raised = work.state.demand(urgency, from: slot) }
-            return raised || released ? .write : .none
-        case .running, .deciding, .stored, .ended:
-            return .none
+        guard let slot, case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else {
+            return false
         }
+        // Both, whatever the first returns: the old urgency goes, the new one comes.
+        let released = work.state.release(slot)
+        var raised = false
+        if let urgency { raised = work.state.demand(urgency, from: slot) }
+        return raised || released
     }
 
     /// Event: the waiting task in `slot` was escalated to `priority`; never for a caller that left.
-    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> PriorityAction {
-        switch work.state.phase {
-        case .running where work.state.callers.entries[slot].caller.waits:
-            let raised = work.state.escalate(slot, to: priority)
-            return raised ? .write : .none
-        case .running, .deciding, .stored, .ended:
-            return .none
-        }
+    /// Returns whether the work's priority must be written.
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
+        guard case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else { return false }
+        return work.state.escalate(slot, to: priority)
     }
 
-    /// Event: the app sets the operation's own priority, the floor under its callers'.
-    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void)
-        -> PriorityAction
-    {
+    /// Event: the app sets the operation's own priority, the floor under its callers'. Recorded
+    /// whatever the phase; returns whether it must be written: only while the work is in flight and
+    /// has not started.
+    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) -> Bool {
         var own = work.state.priority.floor.operationPriority
         change(&own)
         work.state.priority.floor = Urgency(own)
-        return work.state.priority.isFrozen ? .none : .write
+        switch work.state.phase {
+        case .running: return !work.state.priority.isFrozen
+        case .deciding, .stored, .ended: return false
+        }
     }
 
-    /// Event: a thread offers to write the work's priority. It writes if no other thread is
-    /// writing, and the work is in flight and has not started.
-    mutating func claimWriting<Value>(_ work: Work<Key, Value>, _ writer: DispatchGroup) -> Claim {
-        switch work.state.phase {
-        case .running where work.state.priority.writer == nil && !work.state.priority.isFrozen:
-            work.state.priority.writer = writer
-            return .writes
-        case .running, .deciding, .stored, .ended:
-            return .declined
-        }
+    /// Event: a thread offers to write the work's priority. Returns whether it writes: if no other
+    /// thread is writing, and the work is in flight and has not started.
+    mutating func claimWriting<Value>(_ work: Work<Key, Value>, _ writer: DispatchGroup) -> Bool {
+        guard case .running = work.state.phase, work.state.priority.writer == nil, !work.state.priority.isFrozen
+        else { return false }
+        work.state.priority.writer = writer
+        return true
     }
 
     /// Event: the writer asks what to write next; `done` lets go of the right to write.
     mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
         let next = work.state.target
-        switch work.state.phase {
-        case .running where !work.state.priority.isFrozen && next != work.state.priority.applied:
-            work.state.priority.applied = next
-            let priority = next.event(rising: work.state.priority.risesOnly)
-            record(.priorityChanged(key: work.key, work: work.number, priority: priority))
-            return .write(next, to: work.state.runner)
-        case .running, .deciding, .stored, .ended:
+        guard case .running = work.state.phase, !work.state.priority.isFrozen, next != work.state.priority.applied
+        else {
             work.state.priority.writer = nil
             return .done
         }
+        work.state.priority.applied = next
+        let priority = next.event(rising: work.state.priority.risesOnly)
+        record(.priorityChanged(key: work.key, work: work.number, priority: priority))
+        return .write(next, to: work.state.runner)
     }
 
     /// Event: the work's operation starts; its priority moves no more. It runs only if the work
     /// is in flight, after the write on its way, if any.
     mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
         work.state.priority.isFrozen = true
-        let writer = work.state.priority.writer
         switch work.state.phase {
-        case .running: return .runs(after: writer)
-        case .deciding, .stored, .ended: return .skips(after: writer)
+        case .running: return Begun(runs: true, after: work.state.priority.writer)
+        case .deciding, .stored, .ended: return Begun(runs: false, after: work.state.priority.writer)
         }
     }
 
@@ -470,18 +465,6 @@ import Foundation
 
 // MARK: - Actions
 
-/// What a join decided: the caller's slot, whether it raised the work's priority (to write), and
-/// whether it is owed the latest progress (to deliver).
-@usableFromInline struct Joined {
-    @usableFromInline var slot: Int
-    @usableFromInline var raised = false
-    @usableFromInline var delivers = false
-
-    @inlinable init(slot: Int, raised: Bool = false, delivers: Bool = false) {
-        (self.slot, self.raised, self.delivers) = (slot, raised, delivers)
-    }
-}
-
 /// What a withdrawal decided.
 @usableFromInline enum Withdrawal<Value: Sendable> {
     /// The result was decided first, or the caller had its last call: nothing to do.
@@ -500,11 +483,12 @@ import Foundation
     case resumes(Result<Value, Error>)
 }
 
-/// What a progress report decided: the deliveries to start, one per caller with none on its way.
-@usableFromInline struct Reported {
-    @usableFromInline var starting: [(slot: Int, sink: ProgressSink)] = []
-
-    @inlinable init() {}
+/// What deciding a work's end found.
+@usableFromInline enum Decision<Value: Sendable> {
+    /// Decided now: the end to carry out.
+    case ends(Decided<Value>)
+    /// Late: the result was decided before, and nothing changes.
+    case late
 }
 
 /// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
@@ -548,16 +532,11 @@ import Foundation
     case none
 }
 
-/// Whether forgetting or cancelling found anything under the keys it was given.
-enum Found {
-    case nothing, some
-}
-
 /// What cancelling by key decided: the work to decide as cancelled, and whether anything, work
 /// or a stored result, was found.
 struct CancelledAll<Key: Hashable & Sendable> {
     var works: [AnyWork<Key>] = []
-    var found = Found.nothing
+    var found = false
 }
 
 /// What the stall threshold's passing decided: nothing, or a stall reported with its callers.
@@ -566,26 +545,15 @@ enum Stall {
     case reported(callers: Int)
 }
 
-/// What a change of a caller's urgency, or of the floor, decided: whether the work's priority
-/// must be written.
-@usableFromInline enum PriorityAction {
-    case none, write
-}
-
-/// What an offer to write the priority decided: this thread writes, or leaves it to the writer.
-enum Claim {
-    case writes, declined
-}
-
 /// What the writer writes next: an urgency to whatever runs the work, or nothing, letting go.
 enum NextWrite<Value: Sendable> {
     case write(Urgency, to: Runner<Value>)
     case done
 }
 
-/// What an operation's start decided: it runs its work, or skips it (the result was decided),
-/// once the priority write on its way, if any, is done.
-enum Begun {
-    case runs(after: DispatchGroup?)
-    case skips(after: DispatchGroup?)
+/// What an operation's start decided: whether it runs its work (or skips it, the result was
+/// decided), once the priority write on its way, if any, is done.
+struct Begun {
+    let runs: Bool
+    let after: DispatchGroup?
 }

@@ -215,9 +215,11 @@ extension CoalescingEvent: CustomStringConvertible {
     init() {}
 }
 
+// The outbox's events are phase-free: they concern the coalescer's one queue of events, not a
+// work, whose settles they carry whatever its phase (Guarantee 22).
 extension Machine {
-    /// Event: a thread offers to deliver the events. Returns the batch if it is the one to;
-    /// otherwise queues `settle` behind them for the thread that is.
+    /// Event: a thread offers to deliver the events. Returns the batch if it is the one to; nil,
+    /// another thread delivers, and `settle` waits behind the events for it.
     mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
         guard !outbox!.isDelivering else {
             if let settle { outbox!.pending.append(.settle(settle)) }
@@ -227,7 +229,8 @@ extension Machine {
         return takeEvents()
     }
 
-    /// Event: a batch was delivered. Returns the next one, or nil, with delivery over.
+    /// Event: a batch was delivered. Returns the next one; nil, the outbox is empty, and this
+    /// thread's delivery is over.
     mutating func continueDelivering(reusing spare: [Outbox<Key>.Item]) -> [Outbox<Key>.Item]? {
         outbox!.spare = spare
         guard !outbox!.pending.isEmpty else {

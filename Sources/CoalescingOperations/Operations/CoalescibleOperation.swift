@@ -149,9 +149,9 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
             super.end(with: result, cancelling: cancelling)
         case .runs(let engine, let work):
             // Decided before Foundation hears of a cancellation, for the reason `super.end(with:cancelling:)` gives.
-            let decided = engine.decide(work, with: result)
+            let decision = engine.decide(work, with: result)
             if cancelling { cancelInFoundation() }
-            engine.carryOut(decided, of: work, with: result)
+            engine.carryOut(decision, of: work, with: result)
         case .joined(let engine, let work, let slot):
             if cancelling { cancelInFoundation() }
             // Cancelled, its caller withdraws; finished by hand, it hears its own result (Guarantee 5).

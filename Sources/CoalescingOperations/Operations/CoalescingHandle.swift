@@ -23,12 +23,16 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     @usableFromInline let work: Work<OperationKey, Value>?
     @usableFromInline let slot: Int?
 
-    @inlinable
-    init(_ admission: Admission, engine: Engine<OperationKey>?, work: Work<OperationKey, Value>?, slot: Int?) {
-        self.admission = admission
-        self.engine = engine
-        self.work = work
-        self.slot = slot
+    /// The handle of a caller admitted by `engine`.
+    @inlinable init(_ admitted: CoalescingOperations.Admission<OperationKey, Value>, of engine: Engine<OperationKey>) {
+        switch admitted {
+        case .starts(let entry), .joins(let entry):
+            if case .starts = admitted { admission = .startedWork } else { admission = .joinedWork }
+            (self.engine, work, slot) = (engine, entry.work, entry.slot)
+        case .turnsAway(_, let runs):
+            admission = runs ? .startedWork : .ignored
+            (self.engine, work, slot) = (nil, nil, nil)
+        }
     }
 
     /// Withdraws this caller: its handler receives one `.failure(CancellationError())` unless the

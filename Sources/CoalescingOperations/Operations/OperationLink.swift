@@ -21,21 +21,6 @@ extension CoalescibleOperation {
         case ended
     }
 
-    /// What taking an operation found.
-    @usableFromInline enum Taking {
-        /// Taken to join work: its completion handler stays with it until it hears.
-        case joins
-        /// Taken to run work: `own` is its completion handler, if any, handed to the work as its
-        /// caller and no longer held by the operation.
-        case runs(own: Handler?)
-        /// Not fresh, and on no queue, so handed to the manager's queue now (admission only): it
-        /// `runs` work of its own, or was decided before it was enqueued.
-        case unqueued(runs: Bool)
-        /// Not fresh: nobody may take it. `work` is the work it runs or joined in this engine, if
-        /// any (admission only).
-        case refused(Work<OperationKey, Value>?)
-    }
-
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
     /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
     /// its queue (`queued`); work joined by hand leaves it to be enqueued. A manager `admitting`
@@ -44,9 +29,9 @@ extension CoalescibleOperation {
     @inlinable final func take(
         _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true,
         admitting: Bool = false
-    ) -> Taking {
+    ) -> Taking<OperationKey, Value> {
         // Looked at and claimed in one turn of the operation's lock.
-        lifecycle.withLock { lifecycle -> Taking in
+        lifecycle.withLock { lifecycle -> Taking<OperationKey, Value> in
             if case .fresh = link, case .idle(onQueue: false) = lifecycle {
                 lifecycle = .idle(onQueue: queued)
                 if let slot {
@@ -54,15 +39,17 @@ extension CoalescibleOperation {
                     return .joins
                 }
                 link = .runs(engine, work)
-                return .runs(own: takeCompletionHandler())
+                let own = takeCompletionHandler()
+                guard let own else { return .runs(own: nil) }
+                return .runs(own: .handler(own, queue: callBackQueue))
             }
-            guard admitting else { return .refused(nil) }
+            guard admitting else { return .refused(nil, runs: false) }
             let claimed = lifecycle.claimForQueue()
             if let runs = claimed { return .unqueued(runs: runs) }
             switch link {
-            case .runs(let owner, let work), .joined(let owner, let work, _):
-                return .refused(owner === engine ? work : nil)
-            case .fresh, .alone, .ended: return .refused(nil)
+            case .runs(let owner, let work): return .refused(owner === engine ? work : nil, runs: true)
+            case .joined(let owner, let work, _): return .refused(owner === engine ? work : nil, runs: false)
+            case .fresh, .alone, .ended: return .refused(nil, runs: false)
             }
         }
     }

@@ -108,7 +108,9 @@ public final class OperationQueueManager: Sendable {
         progress: (@Sendable (WorkProgress) -> Void)? = nil
     ) -> CoalescingHandle<Value> {
         let sink = progress.map { ProgressSink(queue: operation.callBackQueue, onProgress: $0) }
-        return launched(operation, engine.admit(operation, watching: sink, then: nil), timeout: timeout, sink: sink)
+        let admission = engine.admit(operation, watching: sink, then: nil)
+        launch(operation, admission, timeout: timeout, sink: sink)
+        return CoalescingHandle(admission, of: engine)
     }
 
     /// Joins identical work in flight with a completion handler alone, or starts new work built by
@@ -154,9 +156,10 @@ public final class OperationQueueManager: Sendable {
         progress: (@Sendable (WorkProgress) -> Void)? = nil,
         completionHandler: @escaping @Sendable (Result<Value, Error>) -> Void
     ) -> CoalescingHandle<Value> {
-        return arrive(
+        let admission = arrive(
             identifier, .handler(completionHandler, queue: callBackQueue), priority.map(Urgency.init),
             progress.map { ProgressSink(queue: callBackQueue, onProgress: $0) }, timeout, makeOperation)
+        return CoalescingHandle(admission, of: engine)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and calls
@@ -209,8 +212,9 @@ public final class OperationQueueManager: Sendable {
         let sink = progress.map { progress in
             ProgressSink(queue: nil, onMainActor: true) { value in MainActor.assumeIsolated { progress(value) } }
         }
-        return arrive(
+        let admission = arrive(
             identifier, .handler(handler, queue: nil), priority.map(Urgency.init), sink, timeout, makeOperation)
+        return CoalescingHandle(admission, of: engine)
     }
 
     // MARK: Awaiting
@@ -252,9 +256,11 @@ public final class OperationQueueManager: Sendable {
         let newcomer = Newcomer<Value>(
             .arriving(consumes: false), urgency: Urgency(serviceOf: arrivedAt),
             sink: progress.map { ProgressSink(queue: nil, onProgress: $0) }, ownsOperation: true)
-        let handle = launched(operation, engine.admit(operation, then: newcomer), timeout: timeout, sink: newcomer.sink)
-        guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
-        return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
+        let admission = engine.admit(operation, then: newcomer)
+        launch(operation, admission, timeout: timeout, sink: newcomer.sink)
+        let entry = try entry(waitingAfter: admission)
+        // A task always has a slot: only an operation starts work with no caller.
+        return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
     }
 
     /// Joins identical work in flight, or starts new work built by `makeOperation`, and waits for
@@ -296,11 +302,11 @@ public final class OperationQueueManager: Sendable {
         // for (Guarantee 19).
         var urgency = Urgency(serviceOf: arrivedAt)
         if let priority { urgency = urgency.raised(to: Urgency(priority)) }
-        let handle = arrive(
+        let admission = arrive(
             identifier, Caller<Value>.arriving(consumes: false), urgency,
             progress.map { ProgressSink(queue: nil, onProgress: $0) }, timeout, makeOperation)
-        guard let work = handle.work, let slot = handle.slot else { throw CoalescingError.cancelled }
-        return try await engine.wait(for: work, in: slot, arrivedAt: arrivedAt)
+        let entry = try entry(waitingAfter: admission)
+        return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
     }
 
     // MARK: Cancelling and forgetting
@@ -361,9 +367,10 @@ public final class OperationQueueManager: Sendable {
             self.ownsOperation = ownsOperation
         }
 
-        /// What it asks for beside an operation that joined other work, or that runs work it had
-        /// joined before: its own urgency, raised to the operation's when the operation is its own;
-        /// the operation's when it asks for none (Guarantee 19).
+        /// What it asks for beside an operation that joins other work, now or before (beside one
+        /// that runs the work, it asks for its own urgency only): its own urgency, raised to the
+        /// operation's when the operation is its own; the operation's when it asks for none
+        /// (Guarantee 19).
         @inlinable func asking(beside operation: Urgency) -> Urgency {
             guard let urgency else { return operation }
             return ownsOperation ? urgency.raised(to: operation) : urgency
@@ -371,37 +378,53 @@ public final class OperationQueueManager: Sendable {
     }
 
     /// Joins `caller` to the work in flight for `identifier`, or to the work the operation from
-    /// `makeOperation` starts or joins; a caller whose operation is not fresh hears that its work
-    /// was cancelled. Takes the caller's parts, not a ``Newcomer``: one made on the joining path was
-    /// destroyed through its generic value witnesses, ~60 instructions a join.
+    /// `makeOperation` starts or joins, and carries the admission out; a handler the admission
+    /// turns away hears that its work was cancelled. Takes the caller's parts, not a ``Newcomer``:
+    /// one made on the joining path was destroyed through its generic value witnesses, ~60
+    /// instructions a join.
     @inlinable @inline(__always) func arrive<Value>(
         _ identifier: String, _ caller: Caller<Value>, _ urgency: Urgency?, _ sink: ProgressSink?,
         _ timeout: Duration?, _ makeOperation: () -> CoalescibleOperation<Value>
-    ) -> CoalescingHandle<Value> {
+    ) -> Admission<OperationKey, Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
         if let joined = engine.join(key, caller, asking: urgency, watching: sink) {
-            return launched(nil, Admitted(.joinedWork, joined), timeout: timeout, sink: sink)
+            engine.follow(joined, timeout: timeout, sink: sink)
+            return .joins(joined)
         }
         let operation = makeOperation()
-        let newcomer = Newcomer(caller, urgency: urgency, sink: sink)
-        let admitted = engine.admit(operation, then: newcomer)
-        let refused = admitted.refusesNewcomer
-        let handle = launched(operation, admitted, timeout: timeout, sink: sink)
-        if refused { caller.tell(.failure(CoalescingError.cancelled)) }
-        return handle
+        let admission = engine.admit(operation, then: Newcomer(caller, urgency: urgency, sink: sink))
+        launch(operation, admission, timeout: timeout, sink: sink)
+        if case .turnsAway = admission { caller.tell(.failure(CoalescingError.cancelled)) }
+        return admission
     }
 
     /// Carries out an admission once the lock is released: queues the operation, then what
     /// follows every arrival (``Engine/follow(_:timeout:sink:)``).
-    @inlinable func launched<Value>(
-        _ operation: CoalescibleOperation<Value>?, _ admitted: Admitted<Value>, timeout: Duration?,
-        sink: ProgressSink? = nil
-    ) -> CoalescingHandle<Value> {
-        if let operation, admitted.queued { queue.addOperation(operation) }
-        engine.follow(admitted.entry, timeout: timeout, sink: sink)
-        let entry = admitted.entry
-        return CoalescingHandle(
-            admitted.admission, engine: entry.map { _ in engine }, work: entry?.work, slot: entry?.joined?.slot)
+    @inlinable func launch<Value>(
+        _ operation: CoalescibleOperation<Value>, _ admission: Admission<OperationKey, Value>, timeout: Duration?,
+        sink: ProgressSink?
+    ) {
+        switch admission {
+        case .starts(let entry):
+            queue.addOperation(operation)
+            engine.follow(entry, timeout: timeout, sink: sink)
+        case .joins(let entry):
+            engine.follow(entry, timeout: timeout, sink: sink)
+        case .turnsAway(let enqueues, _):
+            if enqueues { queue.addOperation(operation) }
+            engine.deliverEvents()
+        }
+    }
+
+    /// Where an awaiting task waits: the entry it was admitted to; turned away, it throws as if its
+    /// work was cancelled.
+    @inlinable func entry<Value>(waitingAfter admission: Admission<OperationKey, Value>) throws
+        -> Entry<OperationKey, Value>
+    {
+        switch admission {
+        case .starts(let entry), .joins(let entry): return entry
+        case .turnsAway: throw CoalescingError.cancelled
+        }
     }
 }
 

@@ -105,8 +105,8 @@ public final class InFlightTaskCoalescer<Key: Hashable & Sendable, Value: Sendab
             key: key, as: .plain, at: arrivedAt, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, progress: progress, operation: operation)
         switch arrival {
-        case .joins(let work, let joined), .starts(let work, let joined):
-            return try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+        case .joins(let entry), .starts(let entry):
+            return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
         case .taken, .alreadyStored:
             preconditionFailure("InFlightTaskCoalescer: a plain caller found a prefetched result")
         }

@@ -100,8 +100,8 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             key: key, as: .consumer, at: arrivedAt, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, progress: progress, operation: operation)
         switch arrival {
-        case .joins(let work, let joined), .starts(let work, let joined):
-            return try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+        case .joins(let entry), .starts(let entry):
+            return try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
         case .taken(let value):
             // The work's end is reported before its callers hear (Guarantee 22), a consumer that
             // takes its stored value too, even while another thread delivers the events.
@@ -148,8 +148,12 @@ public final class PrefetchableTaskCoalescer<Key: Hashable & Sendable, Value: Se
             key: key, as: .prefetcher, at: arrivedAt, priority: priority, name: name, timeout: timeout,
             whenAbandoned: whenAbandoned, operation: operation)
         switch arrival {
-        case .joins(let work, let joined), .starts(let work, let joined):
-            _ = try await engine.wait(for: work, in: joined.slot, arrivedAt: arrivedAt)
+        case .joins(let entry), .starts(let entry):
+            do {
+                _ = try await engine.wait(for: entry.work, in: entry.slot!, arrivedAt: arrivedAt)
+            } catch is StoredForAConsumer {
+                // Stored: the value is the consumer's, and this prefetcher's job is done.
+            }
         case .alreadyStored: return
         case .taken: preconditionFailure("PrefetchableTaskCoalescer: a prefetcher took a stored result")
         }
