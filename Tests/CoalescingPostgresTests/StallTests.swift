@@ -55,13 +55,13 @@ final class StallTests: XCTestCase {
         let burners = try Burners(count: 2 * ProcessInfo.processInfo.activeProcessorCount)
         defer { burners.stop() }
         var failed = 0
-        for attempt in 0..<3 {
-            let failedTry = try await runTry(table: table, attempt: attempt, stopped: nil, hold: .seconds(6)) { _, _ in
+        for attempt in 0..<Self.tries {
+            let failedTry = try await runTry(table: table, attempt: attempt, stopped: nil, hold: .seconds(3)) { _, _ in
                 nil
             }
             failed += failedTry ? 1 : 0
         }
-        print("a busy machine (\(burners.count) burners): \(failed) of 3 tries failed")
+        print("a busy machine (\(burners.count) burners): \(failed) of \(Self.tries) tries failed")
     }
 
     /// One try: a fleet asking unique keys; after half a second of load, `target` (a process or a
@@ -94,9 +94,10 @@ final class StallTests: XCTestCase {
         try await Task.sleep(for: hold)
         let after = try await fleet.currentSessions()
         fleet.closeInputs()
-        await fleet.waitForAll(seconds: 30, file: file, line: line)
-
         let bound = Self.pause * (stalled == nil ? 0 : 1) + .seconds(1) + Self.connectTimeout
+        // A call still waiting when the load ends may take the bound; the shutdown after it is prompt.
+        await fleet.waitForAll(seconds: bound.milliseconds / 1000 + 5, file: file, line: line)
+
         var failed = false
         var summary: [String] = []
         for index in 0..<Self.processes {
@@ -311,7 +312,8 @@ struct ProbeResult {
             let message = line.range(of: "] ").map { String(line[$0.upperBound...]) } ?? String(line)
             let error =
                 line.range(of: "error=").map { start in
-                    String(line[start.upperBound...].prefix { $0 != ":" }.prefix(60))
+                    let rest = line[start.upperBound...]
+                    return String(rest[..<(rest.range(of: " key=")?.lowerBound ?? rest.endIndex)].prefix(90))
                 } ?? ""
             let entry = error.isEmpty ? message : "\(message) (\(error))"
             if let index = counts.firstIndex(where: { $0.0 == entry }) {
@@ -330,6 +332,10 @@ struct ProbeResult {
 }
 
 /// Processes that keep the machine's cores busy for as long as a test runs.
+///
+/// Killed, not terminated: a child of the test binary inherits its blocked signals, SIGTERM
+/// among them. Each also ends on its own after two minutes, should the test binary die first, and
+/// writes nowhere, so that no pipe of `swift test` stays open behind it.
 final class Burners {
     private var processes: [Process] = []
     var count: Int { processes.count }
@@ -337,8 +343,11 @@ final class Burners {
     init(count: Int) throws {
         for _ in 0..<count {
             let burner = Process()
-            burner.executableURL = URL(fileURLWithPath: "/usr/bin/yes")
+            burner.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            burner.arguments = ["python3", "-c", "import time\nend = time.time() + 120\nwhile time.time() < end: pass"]
+            burner.standardInput = FileHandle.nullDevice
             burner.standardOutput = FileHandle.nullDevice
+            burner.standardError = FileHandle.nullDevice
             try burner.run()
             processes.append(burner)
         }
@@ -347,7 +356,7 @@ final class Burners {
     deinit { stop() }
 
     func stop() {
-        for burner in processes where burner.isRunning { burner.terminate() }
+        for burner in processes where burner.isRunning { kill(burner.processIdentifier, SIGKILL) }
     }
 
     /// The machine's load averages over 1, 5 and 15 minutes, as the report states them.
