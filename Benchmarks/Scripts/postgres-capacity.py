@@ -129,6 +129,10 @@ def median(rows, key):
     return statistics.median(row[key] for row in rows)
 
 
+def each(rows, key):
+    return ", ".join(f"{row[key]:,.0f}" for row in rows)
+
+
 def main():
     probe, url = sys.argv[1], os.environ["COALESCING_POSTGRES_URL"]
     quick = "--quick" in sys.argv
@@ -145,12 +149,13 @@ def main():
             for processes, rate, label in fleet_rates:
                 rows[label].append(run(probe, url, processes, rate, seconds, bench_clients))
         baseline = median(rows["the app's writes alone"], "tps")
-        print("\n| beside pgbench's TPC-B | values/s | pgbench tps | ratio | pgbench latency ms "
+        print("\n| beside pgbench's TPC-B | values/s | pgbench tps (each round) | ratio | pgbench latency ms "
               "| commits per value | steps without the database | load averages |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for _, _, label in fleet_rates:
             samples = rows[label]
             print(f"| {label} | {median(samples, 'values/s'):,.0f} | {median(samples, 'tps'):,.0f} "
+                  f"({each(samples, 'tps')}) "
                   f"| {median(samples, 'tps') / baseline:.2f} | {median(samples, 'latency'):.2f} "
                   f"| {median(samples, 'commits/value'):.2f} | {sum(row['unavailable'] for row in samples)} "
                   f"| {'; '.join(row['load'] for row in samples)} |")
@@ -167,15 +172,16 @@ def main():
                 grown[size].append(run(probe, url, size, 1000, seconds, bench_clients))
         baseline = median(alone, "tps")
         print(f"\n| 1,000 values/s from N processes | values/s | notifications sent per value "
-              f"| delivered to the sessions per value | commits per value | pgbench tps | ratio | load averages |")
+              f"| delivered to the sessions per value | commits per value | pgbench tps (each round) | ratio "
+              f"| load averages |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        print(f"| none: the app's writes alone | | | | | {baseline:,.0f} | 1.00 "
+        print(f"| none: the app's writes alone | | | | | {baseline:,.0f} ({each(alone, 'tps')}) | 1.00 "
               f"| {'; '.join(row['load'] for row in alone)} |")
         for size in sizes:
             samples = grown[size]
             print(f"| {size} | {median(samples, 'values/s'):,.0f} | {median(samples, 'sent/value'):.2f} "
                   f"| {median(samples, 'delivered/value'):.2f} | {median(samples, 'commits/value'):.2f} "
-                  f"| {median(samples, 'tps'):,.0f} | {median(samples, 'tps') / baseline:.2f} "
+                  f"| {median(samples, 'tps'):,.0f} ({each(samples, 'tps')}) | {median(samples, 'tps') / baseline:.2f} "
                   f"| {'; '.join(row['load'] for row in samples)} |")
         print(f"\nprobes killed at exit, after printing their figures: "
               f"{sum(row['hung'] for samples in [alone] + list(grown.values()) for row in samples)}")

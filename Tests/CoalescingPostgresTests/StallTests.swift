@@ -106,7 +106,7 @@ final class StallTests: XCTestCase {
             let name = "try \(fleet.id), probe \(index)\(isStopped ? " (stopped)" : "")"
             let sessionKept = after[index] == [before[index]]
             summary.append(
-                "\(index)\(isStopped ? "*" : ""): values \(probe.values), max \(Int(probe.maxMilliseconds)) ms, "
+                "\(index)\(isStopped ? "*" : ""): values \(probe.values), max \(String(format: "%.0f", probe.maxMilliseconds)) ms, "
                     + "unavailable \(probe.count("databaseUnavailable")) (ran without \(probe.count("ranWithoutDatabase"))), "
                     + "locksLost \(probe.count("locksLost")), publishFailures \(probe.count("publishFailures")), "
                     + "session \(before[index]) -> \(after[index].map(String.init).joined(separator: ","))"
