@@ -11,8 +11,9 @@ import ServiceLifecycle
 
 let usage = """
     usage: coalescing-postgres-probe --url URL --runs-file PATH [--table NAME] [--when-unavailable run-locally|fail]
-                                     [--connections N] [--work-ms N] MODE
+                                     [--connections N] [--work-ms N] [--log-level LEVEL] MODE
       --runs-file PATH  each run of the work appends a line "<pid> <key>" here
+      --log-level LEVEL the coalescer's and its client's log level (swift-log's names), error by default
     MODE, one of:
       --key KEY [--gate N] [--timeout-ms N] [--forget-after-ms N]
                         one caller of KEY; the work waits until it can share the advisory lock N (a
@@ -30,6 +31,11 @@ let usage = """
                         trips and N commits on an open connection: "lone|roundtrip|commit <ms>"
       --throughput-seconds S --callers N
                         N callers asking new keys as fast as they can for S seconds: "throughput <values> <s>"
+      --continuous N [--rate R] [--seconds S] [--start EPOCH-MS] [--count-notifications yes]
+                        N callers asking new keys one after another (R values/s for the process at
+                        most) until standard input closes, or for S seconds: "ready <pid>", then
+                        "continuous values … max-ms …", the slowest calls, and with a counter of
+                        its own on the channel, "notifications <n> …" (see Continuous.swift)
     """
 
 var options: [String: String] = [:]
@@ -95,7 +101,7 @@ enum Probe {
 }
 
 var logger = Logger(label: "probe")
-logger.logLevel = .error
+logger.logLevel = options["log-level"].flatMap(Logger.Level.init(rawValue:)) ?? .error
 let pid = ProcessInfo.processInfo.processIdentifier
 var configuration = PostgresCoalescerConfiguration()
 configuration.table = options["table"] ?? configuration.table
@@ -223,6 +229,12 @@ if let start = options["load-start"].flatMap(Double.init) {
         return total
     }
     Probe.say("throughput \(values) \(String(format: "%.3f", (ContinuousClock.now - started).seconds))")
+} else if let callers = numbers["continuous"] {
+    try await ContinuousLoad(
+        callers: callers, rate: options["rate"].flatMap(Double.init), seconds: options["seconds"].flatMap(Double.init),
+        start: options["start"].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }, work: work,
+        countsNotifications: options["count-notifications"] == "yes", url: url, table: configuration.table
+    ).run(coalescer, logger: logger)
 } else if let key = options["key"] {
     let gate = options["gate"].flatMap(Int64.init)
     let gateClient = try Probe.gateClient(url: url, logger: logger)
