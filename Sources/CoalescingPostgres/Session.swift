@@ -226,10 +226,7 @@ final class Session: Sendable {
             let deadline = Task { [configuration] in
                 try await Task.sleep(for: configuration.connectTimeout)
                 self.connectionFailed(
-                    .databaseUnavailable(
-                        "could not open a session within \(configuration.connectTimeout): the database refuses or does "
-                            + "not answer connections (the client's log says why)"),
-                    generation: generation)
+                    self.recorder.noSession(within: configuration.connectTimeout), generation: generation)
             }
             do {
                 try await client.withConnection { connection in
@@ -262,7 +259,7 @@ final class Session: Sendable {
         // its commits need not wait for the disk: the mailbox is unlogged, and a result lost in a
         // crash only means the work runs again. The session's own settings, reset before the
         // connection goes back to the pool.
-        try await connection.perform(
+        try await connection.performWhileOpen(
             """
             SELECT set_config(name, CASE name WHEN 'synchronous_commit' THEN 'off' ELSE '0' END, false)
             FROM pg_settings
@@ -271,7 +268,7 @@ final class Session: Sendable {
         if configuration.createsTable {
             try await Schema(configuration: configuration).create(on: connection, logger: logger)
         }
-        let listening = connection.addListener(channel: table) { [weak self] _, notification in
+        let listening = try await connection.addListenerWhileOpen(channel: table) { [weak self] _, notification in
             self?.heard(notification.payload, generation: generation)
         }
         defer { listening.stop() }
@@ -287,8 +284,8 @@ final class Session: Sendable {
             if isOver(generation) { break }
         }
         guard isStopped else { throw CoalescingPostgresError.databaseUnavailable("the session's connection closed") }
-        try? await connection.perform("SELECT pg_advisory_unlock_all()", logger: logger)
-        try? await connection.perform(
+        try? await connection.performWhileOpen("SELECT pg_advisory_unlock_all()", logger: logger)
+        try? await connection.performWhileOpen(
             """
             SELECT set_config(name, reset_val, false) FROM pg_settings
             WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout', 'synchronous_commit')
@@ -300,12 +297,12 @@ final class Session: Sendable {
     /// so the notification is sent again until one is heard.
     private func hello(on connection: PostgresConnection) async throws {
         let deadline = ContinuousClock.now + configuration.connectTimeout
-        while ContinuousClock.now < deadline {
+        while ContinuousClock.now < deadline, !isStopped, !connection.isClosed {
             let token = UUID().uuidString
             let heard = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 state.withLockedValue { $0.hello = (token, continuation) }
                 Task {
-                    try? await connection.perform(
+                    try? await connection.performWhileOpen(
                         "SELECT pg_notify(\(configuration.table), \("hello " + token))", logger: recorder.logger)
                     try? await Task.sleep(for: .milliseconds(100))
                     self.answerHello(token, heard: false)
@@ -506,6 +503,10 @@ final class Session: Sendable {
 
     /// Runs one statement of the session under the watchdog that ``keepAlive()`` reads.
     private func statement(on connection: PostgresConnection, _ body: () async throws -> Void) async throws {
+        // A statement written to a closed connection is never answered (see `performWhileOpen`).
+        guard !connection.isClosed else {
+            throw CoalescingPostgresError.databaseUnavailable("the session's connection closed")
+        }
         state.withLockedValue { $0.statementSince = (.now, connection) }
         defer { state.withLockedValue { $0.statementSince = nil } }
         try await body()
@@ -609,6 +610,11 @@ final class Session: Sendable {
             case .idle, .connecting, .ready, .down: return state.lostGeneration >= generation
             }
         }
+    }
+
+    /// Whether a session is up: connected, listening, and heard its own notification.
+    var isReady: Bool {
+        state.withLockedValue { if case .ready = $0.phase { true } else { false } }
     }
 
     private var isStopped: Bool {
@@ -790,16 +796,16 @@ struct Schema {
 
     func create(on connection: PostgresConnection, logger: Logger) async throws {
         let lock = LockKey(table: configuration.table, key: "coalescing-schema").value
-        try await connection.perform("SELECT pg_advisory_lock(\(lock))", logger: logger)
+        try await connection.performWhileOpen("SELECT pg_advisory_lock(\(lock))", logger: logger)
         do {
             for statement in configuration.migrationStatements {
-                try await connection.perform(PostgresQuery(unsafeSQL: statement), logger: logger)
+                try await connection.performWhileOpen(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         } catch {
-            try? await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+            try? await connection.performWhileOpen("SELECT pg_advisory_unlock(\(lock))", logger: logger)
             throw error
         }
-        try await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+        try await connection.performWhileOpen("SELECT pg_advisory_unlock(\(lock))", logger: logger)
     }
 
     /// What a readiness check needs to know: each missing piece, named.
@@ -851,6 +857,46 @@ extension PostgresConnection {
     /// Runs a statement whose rows, if any, do not matter, and waits for its end.
     func perform(_ query: PostgresQuery, logger: Logger) async throws {
         _ = try await self.query(query, logger: logger).collect()
+    }
+
+    /// Runs a statement, rows ignored, and waits for its end or the connection's, whichever is
+    /// first. PostgresNIO drops what is written to a connection whose channel has closed (the
+    /// pipeline has lost its handler): a statement's answer then never comes, and a listener traps
+    /// ("Notification closure had not been used"). The pool closes the session's connection when
+    /// the client's `run()` is cancelled, at any point of the session's life, so a statement that
+    /// may meet it closed must not wait for its answer alone. Each call leaves a callback on
+    /// `closeFuture` until the connection closes: for the few statements of a session's start and
+    /// end, not for each of its turns.
+    func performWhileOpen(_ query: PostgresQuery, logger: Logger) async throws {
+        let answer = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
+        let finish: @Sendable (Result<Void, any Error>) -> Void = { result in
+            answer.withLockedValue { continuation in
+                defer { continuation = nil }
+                return continuation
+            }?.resume(with: result)
+        }
+        try await withCheckedThrowingContinuation { continuation in
+            answer.withLockedValue { $0 = continuation }
+            closeFuture.whenComplete { _ in
+                finish(.failure(CoalescingPostgresError.databaseUnavailable("the session's connection closed")))
+            }
+            Task { finish(await Result { try await self.perform(query, logger: logger) }) }
+        }
+    }
+
+    /// Adds a listener on the connection's event loop, where a channel that is open stays open
+    /// until the write has reached its handler; throws if the channel has closed, where the
+    /// listener would be dropped and trap.
+    func addListenerWhileOpen(
+        channel: String,
+        handler: @Sendable @escaping (PostgresListenContext, PostgresMessage.NotificationResponse) -> Void
+    ) async throws -> PostgresListenContext {
+        try await eventLoop.submit {
+            guard !self.isClosed else {
+                throw CoalescingPostgresError.databaseUnavailable("the session's connection closed")
+            }
+            return self.addListener(channel: channel, handler: handler)
+        }.get()
     }
 }
 
