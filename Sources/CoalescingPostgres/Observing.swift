@@ -237,7 +237,10 @@ final class ConnectFailures: Sendable {
         if text.contains("connectTimeout") || text.contains("errno: \(ETIMEDOUT)") {
             return "no answer while connecting, within the client's connectTimeout"
         }
-        if text.contains("SSL") || text.contains("TLS") {
+        if text.contains("sslUnsupported") {
+            return "TLS: the server does not offer TLS, which the client requires"
+        }
+        if text.range(of: "ssl", options: .caseInsensitive) != nil || text.contains("TLS") {
             return "TLS failed: \(text.prefix(300))"
         }
         if text.contains("unsupportedAuthMechanism") || text.contains("authMechanismRequiresPassword")

@@ -259,7 +259,7 @@ final class Session: Sendable {
         // its commits need not wait for the disk: the mailbox is unlogged, and a result lost in a
         // crash only means the work runs again. The session's own settings, reset before the
         // connection goes back to the pool.
-        try await connection.performWhileOpen(
+        try await connection.perform(
             """
             SELECT set_config(name, CASE name WHEN 'synchronous_commit' THEN 'off' ELSE '0' END, false)
             FROM pg_settings
@@ -284,8 +284,8 @@ final class Session: Sendable {
             if isOver(generation) { break }
         }
         guard isStopped else { throw CoalescingPostgresError.databaseUnavailable("the session's connection closed") }
-        try? await connection.performWhileOpen("SELECT pg_advisory_unlock_all()", logger: logger)
-        try? await connection.performWhileOpen(
+        try? await connection.perform("SELECT pg_advisory_unlock_all()", logger: logger)
+        try? await connection.perform(
             """
             SELECT set_config(name, reset_val, false) FROM pg_settings
             WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout', 'synchronous_commit')
@@ -302,7 +302,7 @@ final class Session: Sendable {
             let heard = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 state.withLockedValue { $0.hello = (token, continuation) }
                 Task {
-                    try? await connection.performWhileOpen(
+                    try? await connection.perform(
                         "SELECT pg_notify(\(configuration.table), \("hello " + token))", logger: recorder.logger)
                     try? await Task.sleep(for: .milliseconds(100))
                     self.answerHello(token, heard: false)
@@ -340,17 +340,17 @@ final class Session: Sendable {
                     // One request alone, the usual case but under load, in a statement that plans faster.
                     let rows =
                         if requests.count == 1 {
-                            try await connection.query(
+                            try await connection.rows(
                                 "SELECT pg_try_advisory_lock(\(requests[0].lock)), nextval(\(sequence)::regclass)",
                                 logger: logger)
                         } else {
-                            try await connection.query(
+                            try await connection.rows(
                                 """
                                 SELECT pg_try_advisory_lock(l.id), nextval(\(sequence)::regclass)
                                 FROM unnest(\(requests.map(\.lock))::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
                                 """, logger: logger)
                         }
-                    for try await answer in rows.decode((Bool, Int64).self) { answers.append(answer) }
+                    for row in rows { answers.append(try row.decode((Bool, Int64).self)) }
                 }
             }
             let unlocks = takeUnlocks()
@@ -503,10 +503,6 @@ final class Session: Sendable {
 
     /// Runs one statement of the session under the watchdog that ``keepAlive()`` reads.
     private func statement(on connection: PostgresConnection, _ body: () async throws -> Void) async throws {
-        // A statement written to a closed connection is never answered (see `performWhileOpen`).
-        guard !connection.isClosed else {
-            throw CoalescingPostgresError.databaseUnavailable("the session's connection closed")
-        }
         state.withLockedValue { $0.statementSince = (.now, connection) }
         defer { state.withLockedValue { $0.statementSince = nil } }
         try await body()
@@ -796,16 +792,16 @@ struct Schema {
 
     func create(on connection: PostgresConnection, logger: Logger) async throws {
         let lock = LockKey(table: configuration.table, key: "coalescing-schema").value
-        try await connection.performWhileOpen("SELECT pg_advisory_lock(\(lock))", logger: logger)
+        try await connection.perform("SELECT pg_advisory_lock(\(lock))", logger: logger)
         do {
             for statement in configuration.migrationStatements {
-                try await connection.performWhileOpen(PostgresQuery(unsafeSQL: statement), logger: logger)
+                try await connection.perform(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         } catch {
-            try? await connection.performWhileOpen("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+            try? await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
             throw error
         }
-        try await connection.performWhileOpen("SELECT pg_advisory_unlock(\(lock))", logger: logger)
+        try await connection.perform("SELECT pg_advisory_unlock(\(lock))", logger: logger)
     }
 
     /// What a readiness check needs to know: each missing piece, named.
@@ -856,37 +852,28 @@ struct LockKey {
 extension PostgresConnection {
     /// Runs a statement whose rows, if any, do not matter, and waits for its end.
     func perform(_ query: PostgresQuery, logger: Logger) async throws {
-        _ = try await self.query(query, logger: logger).collect()
+        _ = try await rows(query, logger: logger)
     }
 
-    /// Runs a statement, rows ignored, and waits for its end or the connection's, whichever is
-    /// first. PostgresNIO drops what is written to a connection whose channel has closed (the
-    /// pipeline has lost its handler): a statement's answer then never comes, and a listener traps
-    /// ("Notification closure had not been used"). The pool closes the session's connection when
-    /// the client's `run()` is cancelled, at any point of the session's life, so a statement that
-    /// may meet it closed must not wait for its answer alone. Each call leaves a callback on
-    /// `closeFuture` until the connection closes: for the few statements of a session's start and
-    /// end, not for each of its turns.
-    func performWhileOpen(_ query: PostgresQuery, logger: Logger) async throws {
-        let answer = NIOLockedValueBox<CheckedContinuation<Void, any Error>?>(nil)
-        let finish: @Sendable (Result<Void, any Error>) -> Void = { result in
-            answer.withLockedValue { continuation in
-                defer { continuation = nil }
-                return continuation
-            }?.resume(with: result)
-        }
-        try await withCheckedThrowingContinuation { continuation in
-            answer.withLockedValue { $0 = continuation }
-            closeFuture.whenComplete { _ in
-                finish(.failure(CoalescingPostgresError.databaseUnavailable("the session's connection closed")))
+    /// A statement's rows, all of them, written from the connection's event loop and only while
+    /// its channel is open. PostgresNIO drops what is written to a channel that has closed (its
+    /// pipeline has lost the handler): the answer of a statement written then never comes. The
+    /// pool closes the session's connection when the client's `run()` is cancelled, at any point
+    /// of the session's life. On the event loop, an open channel stays open until the write has
+    /// reached the handler, which fails what is in flight when the channel closes.
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
+        try await eventLoop.flatSubmit {
+            guard !self.isClosed else {
+                return self.eventLoop.makeFailedFuture(
+                    CoalescingPostgresError.databaseUnavailable("the session's connection closed"))
             }
-            Task { finish(await Result { try await self.perform(query, logger: logger) }) }
-        }
+            return self.query(query, logger: logger).map(\.rows)
+        }.get()
     }
 
-    /// Adds a listener on the connection's event loop, where a channel that is open stays open
-    /// until the write has reached its handler; throws if the channel has closed, where the
-    /// listener would be dropped and trap.
+    /// Adds a listener as ``rows(_:logger:)`` writes a statement; throws if the channel has
+    /// closed, where the listener would be dropped, and trap ("Notification closure had not been
+    /// used").
     func addListenerWhileOpen(
         channel: String,
         handler: @Sendable @escaping (PostgresListenContext, PostgresMessage.NotificationResponse) -> Void
