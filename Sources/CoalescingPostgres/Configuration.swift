@@ -50,18 +50,28 @@ public struct PostgresCoalescerConfiguration: Sendable {
     /// result: the table is a mailbox, not a cache.
     public var resultRetention: Duration
     /// How long a step waits for the database (the session to connect, a pooled connection, a
-    /// statement's answer) before the database counts as unavailable.
+    /// statement's answer) before the database counts as unavailable and the step follows
+    /// ``whenDatabaseUnavailable``; with the URL initialiser, also the client's own connect timeout.
+    ///
+    /// It decides what a caller meets in an outage: a step follows the policy within twice this
+    /// (a lock request outlives one session's attempt), so a caller whose `timeout:` exceeds twice
+    /// this plus the work's own time never times out because the database went away: under
+    /// ``DatabaseUnavailablePolicy/runLocally`` it gets its value, run in its process. The default,
+    /// 1 s, fits a database on the fleet's network, where a connection opens in milliseconds, and
+    /// callers with a timeout of 3 s and more; raise it for a database far away, and the callers'
+    /// timeouts with it.
     public var connectTimeout: Duration
     /// How often a step that waits for another process's run asks for the key's lock again, so
     /// that it takes over from a leader that died or was cut off without a word (Guarantee 30). A
-    /// leader that ends or gives up says so at once; this bounds only the silent case.
+    /// leader that ends or gives up says so at once; this bounds only the silent case. A leader
+    /// whose process is stopped (not dead) keeps its lock with its session: it is not taken over.
     public var takeOverInterval: Duration
     /// How often the session connection proves it is alive. A session that does not answer within
     /// twice this (at least one second) is closed and counts as lost, with every lock it held.
     public var keepAliveInterval: Duration
 
     /// A configuration with the defaults: table `coalescing_mailbox`, created by the coalescer,
-    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 5 s to reach
+    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 1 s to reach
     /// the database, take-over checks every 500 ms, a keep-alive every 500 ms.
     public init() {
         table = "coalescing_mailbox"
@@ -69,7 +79,7 @@ public struct PostgresCoalescerConfiguration: Sendable {
         whenDatabaseUnavailable = .runLocally
         maximumValueBytes = 8 << 20
         resultRetention = .seconds(60)
-        connectTimeout = .seconds(5)
+        connectTimeout = .seconds(1)
         takeOverInterval = .milliseconds(500)
         keepAliveInterval = .milliseconds(500)
     }

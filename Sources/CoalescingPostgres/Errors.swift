@@ -125,7 +125,7 @@ public enum CoalescingPostgresError: Error, Equatable, Sendable, CustomStringCon
             }
             return causes.joined(separator: "; ")
         }
-        if String(describing: error).contains("connectTimeout") {
+        if String(describing: error).range(of: "connect timeout", options: .caseInsensitive) != nil {
             return "no answer in time while connecting"
         }
         return String(describing: error)

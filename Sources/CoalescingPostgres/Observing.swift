@@ -234,7 +234,9 @@ final class ConnectFailures: Sendable {
         if text.contains("Connection refused") || text.contains("errno: \(ECONNREFUSED)") {
             return "the connection was refused: nothing listens at the database's address"
         }
-        if text.contains("connectTimeout") || text.contains("errno: \(ETIMEDOUT)") {
+        if text.contains("connectTimeout") || text.range(of: "connect timeout", options: .caseInsensitive) != nil
+            || text.contains("errno: \(ETIMEDOUT)")
+        {
             return "no answer while connecting, within the client's connectTimeout"
         }
         if text.contains("sslUnsupported") {

@@ -72,6 +72,8 @@ final class GroupProbe: @unchecked Sendable {
     private let exited = LockedBox<ContinuousClock.Instant?>(nil)
     private let lines = DispatchSemaphore(value: 0)
     private let ended = DispatchSemaphore(value: 0)
+    /// The end of the output: after the process ended, what it wrote last may still be unread.
+    private let drained = DispatchSemaphore(value: 0)
 
     init(scenario: String, table: String, extra: [String] = []) throws {
         let pipe = Pipe()
@@ -81,10 +83,11 @@ final class GroupProbe: @unchecked Sendable {
         process.standardOutput = pipe
         process.standardError = pipe
         process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
-        pipe.fileHandleForReading.readabilityHandler = { [text, heard, lines] handle in
+        pipe.fileHandleForReading.readabilityHandler = { [text, heard, lines, drained] handle in
             let data = handle.availableData
             guard !data.isEmpty else {
                 handle.readabilityHandler = nil
+                drained.signal()
                 return
             }
             let now = ContinuousClock.now
@@ -131,7 +134,10 @@ final class GroupProbe: @unchecked Sendable {
     /// Waits until the probe exits, at most `seconds`; then kills it (SIGKILL: a hung group ignores
     /// SIGTERM) and says it had not ended.
     func waitForExit(seconds: Double) -> Bool {
-        if ended.wait(timeout: .now() + seconds) == .success { return true }
+        if ended.wait(timeout: .now() + seconds) == .success {
+            _ = drained.wait(timeout: .now() + 10)
+            return true
+        }
         kill(process.processIdentifier, SIGKILL)
         ended.wait()
         return false
