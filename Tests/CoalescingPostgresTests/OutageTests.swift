@@ -13,7 +13,8 @@ final class OutageTests: XCTestCase {
     // run in this process while the database is away.
     func testCallersWithTheArticlesTimeoutAreAnsweredThroughAStopOfTheDatabase() async throws {
         guard let control = ProcessInfo.processInfo.environment["COALESCING_POSTGRES_CONTROL"] else {
-            throw XCTSkip("COALESCING_POSTGRES_CONTROL is not set: .ci/postgres sets the command that stops the cluster")
+            throw XCTSkip(
+                "COALESCING_POSTGRES_CONTROL is not set: .ci/postgres sets the command that stops the cluster")
         }
         let coalescer = try runningCoalescer(self, configuration: Database.configuration("outage"))
         _ = try await coalescer.value(key: "warm") { "the session is up" }
