@@ -112,6 +112,22 @@ final class CausesTests: XCTestCase {
         }
     }
 
+    // Guarantee 34: a readiness check called before the client runs says that this may be why.
+    func testTheReadinessCheckBeforeTheClientRunsSaysItMayNotRunYet() async throws {
+        var configuration = Database.configuration("early")
+        configuration.connectTimeout = .milliseconds(300)
+        let client = PostgresClient(
+            configuration: try .init(coalescingURL: Database.url()), backgroundLogger: Database.quietLogger)
+        let coalescer = try PostgresCoalescer<String>(
+            client: client, configuration: configuration, logger: Database.quietLogger)
+        do {
+            try await coalescer.checkSchema()
+            XCTFail("nothing answers before the client runs")
+        } catch CoalescingPostgresError.databaseUnavailable(let message) {
+            XCTAssertTrue(message.contains("the client does not run yet"), message)
+        }
+    }
+
     // Guarantee 34: the readiness probe's answer follows the session.
     func testTheSessionIsReadyOnceItConnectedAndNotAfterItStopped() async throws {
         let coalescer = try PostgresCoalescer<String>(
