@@ -49,12 +49,24 @@ public struct PostgresCoalescerConfiguration: Sendable {
     /// it: the coalescer sweeps older rows once per this duration. Each key holds only its latest
     /// result: the table is a mailbox, not a cache.
     public var resultRetention: Duration
-    /// How long a step waits for the database (the session to connect, a pooled connection, a
-    /// statement's answer) before the database counts as unavailable.
+    /// How long a step waits for a session (and for a pooled connection or its answer) before the
+    /// database counts as unavailable and the step follows ``whenDatabaseUnavailable``; with the
+    /// URL initialiser, also the client's own connect timeout. A session that is lost is replaced
+    /// meanwhile: only one that cannot be had within this is an outage.
+    ///
+    /// It decides what a caller meets in an outage: once the session is gone (the database
+    /// refuses, restarts, or closed it), a step follows the policy within this, so a caller whose
+    /// `timeout:` exceeds twice this plus the work's own time never times out because the
+    /// database went away: under ``DatabaseUnavailablePolicy/runLocally`` it gets its value, run in
+    /// its process. A network gone silent is noticed after ``silentSessionTimeout`` first. The
+    /// default, 1 s, fits a database on the fleet's network, where a connection opens in
+    /// milliseconds, and callers with a timeout of 3 s and more; raise it for a database far away,
+    /// and the callers' timeouts with it.
     public var connectTimeout: Duration
     /// How often a step that waits for another process's run asks for the key's lock again, so
     /// that it takes over from a leader that died or was cut off without a word (Guarantee 30). A
-    /// leader that ends or gives up says so at once; this bounds only the silent case.
+    /// leader that ends or gives up says so at once; this bounds only the silent case. A leader
+    /// whose process is stopped (not dead) keeps its lock with its session: it is not taken over.
     public var takeOverInterval: Duration
     /// How often the session connection proves it is alive, when it has nothing else to say: a
     /// statement every this often keeps proxies and NAT from closing it, and lets
@@ -68,7 +80,7 @@ public struct PostgresCoalescerConfiguration: Sendable {
     public var silentSessionTimeout: Duration
 
     /// A configuration with the defaults: table `coalescing_mailbox`, created by the coalescer,
-    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 5 s to reach
+    /// local runs while the database is unavailable, 8 MiB values, 60 s retention, 1 s to reach
     /// the database, take-over checks every 500 ms, a keep-alive every 500 ms, and 5 s before a
     /// silent session counts as lost.
     public init() {
@@ -77,7 +89,7 @@ public struct PostgresCoalescerConfiguration: Sendable {
         whenDatabaseUnavailable = .runLocally
         maximumValueBytes = 8 << 20
         resultRetention = .seconds(60)
-        connectTimeout = .seconds(5)
+        connectTimeout = .seconds(1)
         takeOverInterval = .milliseconds(500)
         keepAliveInterval = .milliseconds(500)
         silentSessionTimeout = .seconds(5)

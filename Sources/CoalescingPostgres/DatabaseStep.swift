@@ -93,10 +93,15 @@ struct DatabaseStep: Sendable {
                 let heard = session.news(for: registration)
                 let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
                 if answer.acquired, !freshResult {
-                    // A take-over replaces a run that ended without a result: its leader died,
-                    // lost its session or gave up. A run after a result published before this
-                    // step arrived is only the next run.
-                    return .lead(answer, tookOver: attempted != nil && heard.release?.published != true)
+                    // A take-over replaces a run that ended without a result: this step found the
+                    // lock held (or heard its run given up) and now has it, with no result since.
+                    // Only a release heard since the step last asked can say that run published;
+                    // an older one (the run before, or a step's release after a result it heard)
+                    // says nothing about the run the step was denied by.
+                    let releasedSince = heard.release.flatMap { $0.position > (attempted ?? 0) ? $0 : nil }
+                    let tookOver =
+                        (attempted != nil || releasedSince?.published == false) && releasedSince?.published != true
+                    return .lead(answer, tookOver: tookOver)
                 }
                 if answer.acquired { session.unlock(lock, .published, generation: answer.generation) }
                 if attempted == nil, !freshResult { recorder.record(.waitingForAnotherProcess(key: key)) { _ in } }

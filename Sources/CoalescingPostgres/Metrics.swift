@@ -6,7 +6,9 @@ import Metrics
 /// ``record(_:)`` from the coalescer's observer, beside the in-process bridges (the article
 /// "Coalescing across processes" shows the one observer that feeds them all).
 ///
-/// - `<prefix>_runs_total` (dimension `took_over`): runs of the work in this process.
+/// - `<prefix>_runs_total` (dimension `took_over`): runs of the work in this process; `took_over`
+///   is `true` for each take-over of another process's run (Guarantee 30), which the coalescer
+///   also logs once, at notice level.
 /// - `<prefix>_served_from_another_instance_total`: database steps served another process's
 ///   value, the runs the fleet saved; `<prefix>_join_wait_seconds` times them from arrival.
 /// - `<prefix>_failures_from_another_instance_total`: another process's failure, received.

@@ -1,5 +1,6 @@
 #if Postgres
 import CoalescingOperations
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 
@@ -123,6 +124,12 @@ final class StepRecorder: Sendable {
 
     func record(_ event: PostgresCoalescingEvent, _ count: (inout PostgresCoalescingStatistics) -> Void) {
         state.withLockedValue { count(&$0.statistics) }
+        if case .ranHere(let key, tookOver: true) = event {
+            // Once per take-over, whatever the build: a leader's death is otherwise silent.
+            logger.notice(
+                "took over a run of another process that ended without a result (its leader died, lost its session or gave up)",
+                metadata: ["key": "\(key.prefix(200))"])
+        }
         observer?(event)
     }
 
@@ -160,11 +167,121 @@ final class StepRecorder: Sendable {
         record(.databaseError(key: key, error: error)) { $0.databaseErrors += 1 }
     }
 
+    /// Where the client that the coalescer made logs why it could not connect; nil for the app's
+    /// own client, whose log is the app's.
+    private let connectFailures = NIOLockedValueBox<ConnectFailures?>(nil)
+
+    func watch(_ failures: ConnectFailures) {
+        connectFailures.withLockedValue { $0 = failures }
+    }
+
+    /// Why no session could be had within `limit`, as precisely as the client said.
+    func noSession(within limit: Duration) -> CoalescingPostgresError {
+        let prefix = "could not open a session within \(limit)"
+        guard let failures = connectFailures.withLockedValue({ $0 }) else {
+            return .databaseUnavailable(
+                "\(prefix): the database refuses or does not answer connections (the client's log says why, at "
+                    + "info level: \"Connection creation failed\")")
+        }
+        guard let cause = failures.last else {
+            return .databaseUnavailable("\(prefix): no connection attempt ended: no answer within \(limit)")
+        }
+        return .databaseUnavailable("\(prefix): \(cause)")
+    }
+
     func lockLost(key: String, error: CoalescingPostgresError) {
         logger.warning(
             "the session ended while this process ran the work; another process may take over beside it",
             metadata: ["key": "\(key.prefix(200))", "error": "\(error)"])
         record(.lockLost(key: key, error: error)) { $0.locksLost += 1 }
+    }
+}
+
+/// What the pool of a client the coalescer made said about its failed connection attempts: the
+/// pool keeps them to itself (a step waiting for a connection only waits), and logs each at info
+/// level with its fields, so the client's logger is wrapped to keep the last one, in words.
+final class ConnectFailures: Sendable {
+    private let lastCause = NIOLockedValueBox<String?>(nil)
+
+    /// The last failed attempt's cause, if any failed.
+    var last: String? { lastCause.withLockedValue { $0 } }
+
+    /// `logger`, logging as before, that also keeps the cause of each failed connection attempt.
+    func logger(wrapping logger: Logger) -> Logger {
+        var wrapped = logger
+        wrapped.handler = Handler(wrapped: logger.handler, failures: self)
+        return wrapped
+    }
+
+    func record(_ text: String) {
+        lastCause.withLockedValue { $0 = Self.cause(of: text) }
+    }
+
+    /// The pool logs `String(reflecting:)` of PostgresNIO's error: the fields, not the redacted
+    /// description; the words say which of the usual causes it was.
+    static func cause(of text: String) -> String {
+        func field(_ name: String) -> String? {
+            guard let start = text.range(of: "\(name): ")?.upperBound else { return nil }
+            let rest = text[start...]
+            return String(rest.prefix { $0 != "," && $0 != "]" && $0 != ")" })
+        }
+        let sqlState = field("sqlState")
+        let message = field("message") ?? ""
+        if let sqlState, sqlState.hasPrefix("28") {
+            return "authentication failed (SQLSTATE \(sqlState)): \(message)"
+        }
+        if let sqlState { return "SQLSTATE \(sqlState): \(message)" }
+        if text.contains("Connection refused") || text.contains("errno: \(ECONNREFUSED)") {
+            return "the connection was refused: nothing listens at the database's address"
+        }
+        if text.contains("connectTimeout") || text.range(of: "connect timeout", options: .caseInsensitive) != nil
+            || text.contains("errno: \(ETIMEDOUT)")
+        {
+            return "no answer while connecting, within the client's connectTimeout"
+        }
+        if text.contains("sslUnsupported") {
+            return "TLS: the server does not offer TLS, which the client requires"
+        }
+        if text.range(of: "ssl", options: .caseInsensitive) != nil || text.contains("TLS") {
+            return "TLS failed: \(text.prefix(300))"
+        }
+        if text.contains("unsupportedAuthMechanism") || text.contains("authMechanismRequiresPassword")
+            || text.contains("saslError")
+        {
+            return "authentication failed: \(text.prefix(300))"
+        }
+        return String(text.prefix(300))
+    }
+
+    private struct Handler: LogHandler {
+        var wrapped: any LogHandler
+        let failures: ConnectFailures
+
+        var metadata: Logger.Metadata {
+            get { wrapped.metadata }
+            set { wrapped.metadata = newValue }
+        }
+
+        /// Info at least, for the pool's line about a failed attempt; the wrapped handler still
+        /// gets only what its own level lets through.
+        var logLevel: Logger.Level {
+            get { min(wrapped.logLevel, .info) }
+            set { wrapped.logLevel = newValue }
+        }
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { wrapped[metadataKey: key] }
+            set { wrapped[metadataKey: key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            // `psql_error`: PostgresNIO's metadata key for an error, with its fields.
+            if event.message.description == "Connection creation failed", let error = event.metadata?["psql_error"] {
+                failures.record("\(error)")
+            }
+            guard event.level >= wrapped.logLevel else { return }
+            wrapped.log(event: event)
+        }
     }
 }
 #endif

@@ -120,8 +120,12 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
         var clientConfiguration = try PostgresClient.Configuration(coalescingURL: url)
         clientConfiguration.options.maximumConnections = maximumConnections
         clientConfiguration.options.connectTimeout = configuration.connectTimeout
-        let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
+        // The pool keeps why it cannot connect to its log: the session's outage says it too.
+        let failures = ConnectFailures()
+        let client = PostgresClient(
+            configuration: clientConfiguration, backgroundLogger: failures.logger(wrapping: logger))
         try self.init(client: client, owned: true, configuration, logger, observer, clock)
+        recorder.watch(failures)
     }
 
     private init<C: Clock>(
@@ -238,9 +242,20 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
 
     /// Checks that the table, its sequence and the privileges on them are there, creating them
     /// first when ``PostgresCoalescerConfiguration/createsTable`` is true: a readiness check, so
-    /// that a deploy whose migration did not run fails instead of coalescing per process.
+    /// that a deploy whose migration did not run fails to start instead of failing every request.
+    /// Without the table, every step that reaches the database throws
+    /// ``CoalescingPostgresError/databaseError(sqlState:message:)`` with SQLSTATE `42P01` to its
+    /// callers (an error, not an outage: nothing runs locally in its place).
     ///
-    /// - Throws: ``CoalescingPostgresError/schemaNotReady(_:)`` naming each missing piece; another
+    /// It reads through the client, so the client must be running: call it once the service group
+    /// that runs the client runs, from a service of that group or from Hummingbird's
+    /// `beforeServerStarts`, never before `run()`. Before that, nothing answers it, and it throws
+    /// ``CoalescingPostgresError/databaseUnavailable(_:)`` after
+    /// ``PostgresCoalescerConfiguration/connectTimeout``.
+    ///
+    /// - Throws: ``CoalescingPostgresError/schemaNotReady(_:)`` naming each missing piece, or, with
+    ///   ``PostgresCoalescerConfiguration/createsTable`` and a role that may not create them
+    ///   (SQLSTATE `42501`), naming that privilege and what to do instead; another
     ///   ``CoalescingPostgresError`` when the database cannot be asked.
     public func checkSchema() async throws {
         let schema = Schema(configuration: configuration)
@@ -248,16 +263,41 @@ public final class PostgresCoalescer<Value: Codable & Sendable>: Service, Sendab
         do {
             missing = try await Bounded.run(within: configuration.connectTimeout) { [client, recorder, configuration] in
                 if configuration.createsTable {
-                    try await client.withConnection { try await schema.create(on: $0, logger: recorder.logger) }
+                    do {
+                        try await client.withConnection { try await schema.create(on: $0, logger: recorder.logger) }
+                    } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42501" {
+                        throw CoalescingPostgresError.schemaNotReady([
+                            "the privilege to create \(quoted(configuration.table)) and its sequence "
+                                + "(SQLSTATE 42501: \(error.serverInfo?[.message] ?? "permission denied")): run "
+                                + "migrationStatements as a role that may create them, grantStatements(to:) for this "
+                                + "role, and set createsTable = false"
+                        ])
+                    }
                 }
                 return try await schema.missing(on: client, logger: recorder.logger)
             }
         } catch let error as CancellationError {
             throw error
+        } catch CoalescingPostgresError.databaseUnavailable(let message) where !session.isReady {
+            // The usual cause before a deploy's first request: the client does not run yet.
+            throw CoalescingPostgresError.databaseUnavailable(
+                "\(message), and the session is not up either: the database refuses or does not answer, or "
+                    + "the client does not run yet (checkSchema() needs the service group running)")
         } catch {
             throw CoalescingPostgresError(error)
         }
         guard missing.isEmpty else { throw CoalescingPostgresError.schemaNotReady(missing) }
+    }
+
+    /// Whether this process's session is up: connected to the database, listening on the table's
+    /// channel, and its own notification heard. A readiness probe's answer, read without I/O (one
+    /// lock): false before ``run()`` has connected, while the session reconnects after a loss or
+    /// the database is out of reach, and after a shutdown. Meanwhile steps follow
+    /// ``PostgresCoalescerConfiguration/whenDatabaseUnavailable`` once
+    /// ``PostgresCoalescerConfiguration/connectTimeout`` has passed; so keep it out of a liveness
+    /// probe, or a database outage restarts every instance of the fleet.
+    public var isSessionReady: Bool {
+        session.isReady
     }
 
     /// What this process's coalescer has done, across processes and within this one.

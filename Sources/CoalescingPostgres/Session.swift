@@ -391,7 +391,8 @@ final class Session: Sendable {
             configuration.silentSessionTimeout / 4, .milliseconds(100))
         while (try? await clock.sleep(interval)) != nil {
             let now = clock.now()
-            let ticked = machine.withLockedValue { $0.tick(now: now) }
+            let noSession = recorder.noSession(within: configuration.connectTimeout)
+            let ticked = machine.withLockedValue { $0.tick(now: now, noSession: noSession) }
             for (answerer, error) in ticked.answers { answerer.resume(throwing: error) }
             if let silent = ticked.close {
                 recorder.logger.warning(

@@ -276,7 +276,9 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var kick = false
     }
 
-    mutating func tick(now: Duration) -> Ticked {
+    /// Time passed: `noSession` is what the callers hear if no session could be had for
+    /// ``Settings/connectTimeout`` and no attempt said why.
+    mutating func tick(now: Duration, noSession: CoalescingPostgresError) -> Ticked {
         var ticked = Ticked()
         for (id, request) in requests where request.deadline <= now {
             requests[id] = nil
@@ -291,8 +293,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             break
         case .connecting(let attempt):
             guard now - attempt.since >= settings.connectTimeout else { break }
-            let error =
-                attempt.cause ?? .databaseUnavailable("no session within \(settings.connectTimeout): nothing answered")
+            let error = attempt.cause ?? noSession
             life = .down(attempt, error)
             ticked.answers += refuseWaiting(error)
         case .ready(let live), .draining(let live):

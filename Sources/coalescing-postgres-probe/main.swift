@@ -36,6 +36,11 @@ let usage = """
                         most) until standard input closes, or for S seconds: "ready <pid>", then
                         "continuous values … max-ms …", the slowest calls, and with a counter of
                         its own on the channel, "notifications <n> …" (see Continuous.swift)
+      --group service-throws|readiness|sigterm [--fail-after-ms N]
+                        the app's service group: its PostgresClient, the coalescer on it and a service
+                        that throws N ms (1000) after a first value went through the database, or
+                        whose readiness check fails, or that waits for SIGTERM after "ready"; exits
+                        1 with "error: …" when the group threw, 0 with "ended" (GroupEnd.swift)
     """
 
 var options: [String: String] = [:]
@@ -52,6 +57,11 @@ guard let url = options["url"], let runsFile = options["runs-file"] else {
     exit(2)
 }
 let numbers = options.compactMapValues { Int($0) }
+if let scenario = options["group"] {
+    await GroupEnd.run(
+        scenario: scenario, url: url, table: options["table"] ?? "coalescing_mailbox",
+        failAfter: .milliseconds(numbers["fail-after-ms", default: 1000]))
+}
 
 enum Probe {
     /// Writes a line unbuffered: the tests read it while the probe may still run, or after it was killed.

@@ -317,7 +317,7 @@ final class SessionMachineExplorationTests: XCTestCase {
                     "a second passes",
                     { world, failures in
                         world.now += .seconds(1)
-                        let ticked = world.machine.tick(now: world.now)
+                        let ticked = world.machine.tick(now: world.now, noSession: .databaseUnavailable("no session"))
                         for (answerer, error) in ticked.answers {
                             Self.answer(&world, answerer, .failure(error), &failures)
                         }
