@@ -96,7 +96,7 @@ def lone(probe, url, count):
     values = collections.defaultdict(list)
     for line in outputs:
         kind, _, value = line.partition(" ")
-        if kind in ("lone", "roundtrip", "commit"):
+        if kind in ("lone", "roundtrip", "commit", "notify"):
             values[kind].append(float(value))
     return {kind: median(samples) for kind, samples in values.items()}
 
@@ -163,7 +163,7 @@ def main():
     print(f"| a lone caller's added time | {floor['lone']:.3f} ms | round trip {floor['roundtrip']:.3f} ms, "
           f"commit {floor['commit']:.3f} ms |")
     print(f"| a caller of another process, after the work ends ({joiners} callers) | {joined:.3f} ms "
-          f"| round trip {floor['roundtrip']:.3f} ms |")
+          f"| round trip {floor['roundtrip']:.3f} ms, pg_notify in its own transaction {floor['notify']:.3f} ms |")
     print(f"| unique keys, {PROCESSES} processes x 16 callers | {rate:.0f} values/s | |")
     if failures:
         sys.exit("\n".join(failures))

@@ -28,7 +28,8 @@ let usage = """
                         pair i at start + i x interval: the work sleeps --work-ms, then prints
                         "end <i> <epoch-ns>"; each caller prints "heard <i> <epoch-ns> <led|joined>"
       --lone N          N calls one after another, each of a new key (work --work-ms), then N round
-                        trips and N commits on an open connection: "lone|roundtrip|commit <ms>"
+                        trips, N commits and N notifications on an open connection:
+                        "lone|roundtrip|commit|notify <ms>"
       --throughput-seconds S --callers N
                         N callers asking new keys as fast as they can for S seconds: "throughput <values> <s>"
       --continuous N [--rate R] [--seconds S] [--start EPOCH-MS] [--count-notifications yes]
@@ -215,6 +216,13 @@ if let start = options["load-start"].flatMap(Double.init) {
             _ = try await connection.query("INSERT INTO \(unescaped: table) VALUES (\(index))", logger: logger)
                 .collect()
             Probe.say("commit \(String(format: "%.4f", (ContinuousClock.now - started).seconds * 1000))")
+        }
+        // A notification in its own transaction, as the session's announcement of a result is.
+        for index in 0..<count {
+            let started = ContinuousClock.now
+            _ = try await connection.query("SELECT pg_notify('floor_\(unescaped: String(pid))', \(String(index)))", logger: logger)
+                .collect()
+            Probe.say("notify \(String(format: "%.4f", (ContinuousClock.now - started).seconds * 1000))")
         }
         _ = try await connection.query("DROP TABLE \(unescaped: table)", logger: logger).collect()
     }
