@@ -57,9 +57,9 @@ import Foundation
         state.withLock { $0.join(key, caller, asking: urgency, watching: sink) }
     }
 
-    /// Registers a caller of `key`, a task at `callerPriority`: takes a stored result, joins the work in flight for it, or
-    /// starts `operation` in a task of its own. Never suspends, so concurrent callers always find
-    /// each other.
+    /// Registers a caller of `key`, a task at `callerPriority`: takes a stored result, joins the
+    /// work in flight for it, or starts `operation` in a task of its own. Never suspends, so
+    /// concurrent callers always find each other.
     ///
     /// Inlinable, like the rest of the join path, so that it is specialized for the caller's `Key`
     /// and `Value`: unspecialized, every join looked up generic metadata at run time. Never inlined:

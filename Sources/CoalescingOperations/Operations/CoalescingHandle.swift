@@ -26,12 +26,12 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// The handle of a caller admitted by `engine`.
     @inlinable init(_ admitted: CoalescingOperations.Admission<OperationKey, Value>, of engine: Engine<OperationKey>) {
         switch admitted {
-        case .starts(let entry), .joins(let entry):
-            if case .starts = admitted { admission = .startedWork } else { admission = .joinedWork }
-            (self.engine, work, slot) = (engine, entry.work, entry.slot)
+        case .starts(let entry):
+            (admission, self.engine, work, slot) = (.startedWork, engine, entry.work, entry.slot)
+        case .joins(let entry):
+            (admission, self.engine, work, slot) = (.joinedWork, engine, entry.work, entry.slot)
         case .turnsAway(_, let runs):
-            admission = runs ? .startedWork : .ignored
-            (self.engine, work, slot) = (nil, nil, nil)
+            (admission, self.engine, work, slot) = (runs ? .startedWork : .ignored, nil, nil, nil)
         }
     }
 

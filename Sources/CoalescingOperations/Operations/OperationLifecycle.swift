@@ -48,8 +48,9 @@ extension ConcurrentOperation {
     /// The result is decided: a running operation finishes now, one its queue has yet to start
     /// finishes when it does. Inlinable, like ``CoalescibleOperation/finishJoined()``: compiled
     /// unspecialized, the handler it returns through the lock's generic closure was wrapped in a
-    /// reabstraction thunk, an allocation per operation. Returns the completion handler to call, let go of by the operation,
-    /// if this call decided the result and the operation still held one.
+    /// reabstraction thunk, an allocation per operation. Returns the completion handler to call,
+    /// let go of by the operation, if this call decided the result and the operation still held
+    /// one.
     @inlinable @discardableResult final func resultDecided() -> Handler? {
         // `unqueued`: decided before any queue started it, and on none. The handler comes out
         // through a local, not the lock's generic result, which wrapped it in reabstraction thunks.
