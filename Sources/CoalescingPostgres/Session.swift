@@ -251,9 +251,15 @@ final class Session: Sendable {
         async throws
     {
         do {
-            try await connection.perform(
-                "SELECT pg_notify(\(configuration.table), p) FROM unnest(\(publications.map(\.payload))::text[]) AS p",
-                logger: recorder.logger)
+            // One result alone, the usual case but under load, in a statement that plans faster.
+            if publications.count == 1 {
+                try await connection.perform(
+                    "SELECT pg_notify(\(configuration.table), \(publications[0].payload))", logger: recorder.logger)
+            } else {
+                try await connection.perform(
+                    "SELECT pg_notify(\(configuration.table), p) FROM unnest(\(publications.map(\.payload))::text[]) AS p",
+                    logger: recorder.logger)
+            }
         } catch {
             try failed(generation, error)
             return
