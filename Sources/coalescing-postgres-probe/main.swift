@@ -220,8 +220,10 @@ if let start = options["load-start"].flatMap(Double.init) {
         // A notification in its own transaction, as the session's announcement of a result is.
         for index in 0..<count {
             let started = ContinuousClock.now
-            _ = try await connection.query("SELECT pg_notify('floor_\(unescaped: String(pid))', \(String(index)))", logger: logger)
-                .collect()
+            _ = try await connection.query(
+                "SELECT pg_notify('floor_\(unescaped: String(pid))', \(String(index)))", logger: logger
+            )
+            .collect()
             Probe.say("notify \(String(format: "%.4f", (ContinuousClock.now - started).seconds * 1000))")
         }
         _ = try await connection.query("DROP TABLE \(unescaped: table)", logger: logger).collect()
