@@ -61,7 +61,7 @@ final class CausesTests: XCTestCase {
         named.queryItems = [URLQueryItem(name: "application_name", value: application)]
         let coalescer = try runningCoalescer(
             self, configuration: configuration, url: try XCTUnwrap(named.string),
-            logger: Logger(label: "test") { _ in NoticeLog(lines: logged) })
+            logger: Logger(label: "test") { _ in CapturingLogHandler(lines: logged, minimum: .notice) })
         let gate = WorkGate()
         let running = Task {
             try await coalescer.value(key: "k") {

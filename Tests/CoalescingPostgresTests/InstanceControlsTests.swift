@@ -231,9 +231,10 @@ final class InstanceControlsTests: XCTestCase {
     }
 }
 
-/// Keeps every line logged at error level or above.
+/// Keeps every line logged at `minimum` or above, each with its metadata.
 struct CapturingLogHandler: LogHandler {
     let lines: LockedBox<[String]>
+    var minimum = Logger.Level.error
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .trace
 
@@ -243,7 +244,9 @@ struct CapturingLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        if event.level >= .error { lines.mutate { $0.append("\(event.message)") } }
+        guard event.level >= minimum else { return }
+        let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        lines.mutate { $0.append(([event.message.description] + fields).joined(separator: " ")) }
     }
 }
 #endif

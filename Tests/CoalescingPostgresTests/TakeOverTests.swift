@@ -17,7 +17,8 @@ final class TakeOverTests: XCTestCase {
         let logged = LockedBox<[String]>([])
         let events = FleetEventLog()
         let coalescer = try runningCoalescer(
-            self, configuration: configuration, logger: Logger(label: "test") { _ in NoticeLog(lines: logged) },
+            self, configuration: configuration,
+            logger: Logger(label: "test") { _ in CapturingLogHandler(lines: logged, minimum: .notice) },
             observer: events.record)
         try await coalescer.checkSchema()
         let lock = lockKey(table: table, key: "report")
@@ -97,24 +98,6 @@ extension Database {
                 username: configuration.username, password: configuration.password, database: configuration.database,
                 tls: .disable),
             id: 3, logger: logger)
-    }
-}
-
-/// Keeps what a coalescer logs at notice level and above.
-struct NoticeLog: LogHandler {
-    let lines: LockedBox<[String]>
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        guard event.level >= .notice else { return }
-        let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        lines.mutate { $0.append(([event.message.description] + fields).joined(separator: " ")) }
     }
 }
 #endif
