@@ -376,8 +376,9 @@ private final class World {
     var floorsSet = 0
     /// Threads told to write a work's priority that have not offered yet: the work of each, sorted.
     var writersDue: [Int] = []
-    /// The thread holding the right to write each work's priority: its group in ``writers``.
-    var holders: [Int: Int] = [:]
+    /// The group of the thread holding the right to write each work's priority, as the machine
+    /// made it when it granted the claim.
+    var holders: [Int: DispatchGroup] = [:]
     /// What was last written to each work's operation.
     var written: [Urgency] = []
     /// Threads about to offer to deliver the events: the work each settles after them, or -1; sorted.
@@ -409,8 +410,6 @@ private final class World {
     ]
     static let prefetchTimeout = 10
     static let stallThreshold = Duration.seconds(30)
-    /// The writers' groups: a thread that claims takes the one its work's holder does not hold.
-    static let writers = [DispatchGroup(), DispatchGroup()]
 
     func urgency(of caller: Int) -> Urgency {
         let levels: [Operation.QueuePriority] = [.low, .high, .veryHigh]
@@ -892,14 +891,14 @@ private final class World {
 
     private func claim(_ work: Int) {
         writersDue.remove(at: writersDue.firstIndex(of: work)!)
-        let group = holders[work] == 0 ? 1 : 0
         let free = holders[work] == nil && !isDecided(work) && !hasStarted(work)
-        let writes = machine.claimWriting(works[work], Self.writers[group])
+        let writer = machine.claimWriting(works[work])
+        let writes = writer != nil
         if writes, !free {
             let why = holders[work] != nil ? "another thread held it" : isDecided(work) ? "it ended" : "it started"
             fail("a thread was given the right to write work \(work)'s priority while \(why) (Guarantee 19)")
         }
-        if writes { holders[work] = group }
+        if let writer { holders[work] = writer }
         if !writes, free { fail("a thread was refused the right to write work \(work)'s priority, which nobody held") }
     }
 
@@ -940,7 +939,7 @@ private final class World {
 
     /// The operation starts: it waits for the write on its way, and runs only if the result is open.
     private func begin(_ work: Int) {
-        let holder = holders[work].map { Self.writers[$0] }
+        let holder = holders[work]
         let begun = machine.begin(works[work])
         if begun.runs, isDecided(work) {
             fail("work \(work)'s operation runs after its result was decided (Guarantee 6)")
@@ -1163,7 +1162,7 @@ private final class World {
         }
         for (index, work) in works.enumerated() {
             checkRestatedFields(of: work, index)
-            if work.state.priority.writer !== holders[index].map({ Self.writers[$0] }) {
+            if work.state.priority.writer !== holders[index] {
                 fail("work \(index)'s writer is not the one thread that holds the right to write (Guarantee 19)")
             }
             guard case .running = work.state.phase else {
@@ -1310,7 +1309,7 @@ private final class World {
         if scenario.writes {
             h.combine(floorsSet)
             h.combine(writersDue)
-            h.combine(holders)
+            h.combine(holders.keys.sorted())
             h.combine(written.map(Self.code))
         }
         if scenario.delivers {
@@ -1404,7 +1403,8 @@ private final class World {
         let priority = state.priority
         h.combine([code(priority.floor), code(priority.applied)])
         h.combine([priority.risesOnly, priority.isFrozen])
-        h.combine(priority.writer.map { writer in writers.firstIndex { $0 === writer }! })
+        // Whether a thread writes: its group is the one the machine made for it, checked at every step.
+        h.combine(priority.writer != nil)
         for (slot, call) in state.calls.sorted(by: { $0.key < $1.key }) {
             h.combine([slot, Int(call.latest?.completed ?? -1), call.busy ? 1 : 0])
             if let last = call.last {

@@ -326,9 +326,9 @@ import Foundation
     /// up before it lets go. An operation's start waits for a write in progress, so that nothing
     /// changes the priority once the work has started.
     @usableFromInline func applyPriority<Value>(of work: Work<Key, Value>) {
-        let writer = DispatchGroup()
-        let writes = state.withLock { $0.claimWriting(work, writer) }
-        guard writes else { return }
+        // Entered after the lock: a start in between waits for nothing, and the writer's
+        // `nextPriority` then finds the work started and writes nothing.
+        guard let writer = state.withLock({ $0.claimWriting(work) }) else { return }
         writer.enter()
         while true {
             let next = state.withLock { $0.nextPriority(of: work) }

@@ -399,13 +399,15 @@ import Foundation
         }
     }
 
-    /// Event: a thread offers to write the work's priority. Returns whether it writes: if no other
-    /// thread is writing, and the work is in flight and has not started.
-    mutating func claimWriting<Value>(_ work: Work<Key, Value>, _ writer: DispatchGroup) -> Bool {
+    /// Event: a thread offers to write the work's priority. It writes if no other thread is
+    /// writing, and the work is in flight and has not started: it gets the group that an
+    /// operation's start waits on, made only then, so that a write that loses costs no allocation.
+    mutating func claimWriting<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
         guard case .running = work.state.phase, work.state.priority.writer == nil, !work.state.priority.isFrozen
-        else { return false }
+        else { return nil }
+        let writer = DispatchGroup()
         work.state.priority.writer = writer
-        return true
+        return writer
     }
 
     /// Event: the writer asks what to write next; `done` lets go of the right to write.
