@@ -575,10 +575,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         case .none, .granted:
             preconditionFailure("an answer came to no statement")
         case .publishing(let published, _):
-            for publication in published where publication.generation == generation {
-                leaders[publication.lock] = nil
-                unlocks.append(Unlock(lock: publication.lock, release: .published))
-            }
+            release(published, generation, as: .published)
             live.statement = .none
         case .asking(let asked, _):
             precondition(grants.count == asked.count, "a lock statement answered another number of locks")
@@ -608,10 +605,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             preconditionFailure("a failure came to no statement")
         case .publishing(let published, _):
             answered.notPublished = published
-            for publication in published where publication.generation == generation {
-                leaders[publication.lock] = nil
-                unlocks.append(Unlock(lock: publication.lock, release: .abandoned))
-            }
+            release(published, generation, as: .abandoned)
         case .releasing:
             preconditionFailure("a release that fails ends the session: the locks it held are not known")
         case .asking(let asked, _):
@@ -655,6 +649,15 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             answers.append((waiting.answerer, .success(answer)))
         }
         return answers
+    }
+
+    /// The locks of results sent (or refused) in the session that granted them, to release:
+    /// a result of an older session is published, its lock went with it.
+    private mutating func release(_ published: [Publication], _ generation: Int, as release: Release) {
+        for publication in published where publication.generation == generation {
+            leaders[publication.lock] = nil
+            unlocks.append(Unlock(lock: publication.lock, release: release))
+        }
     }
 
     private func liveSession(_ generation: Int) -> Live? {
