@@ -181,12 +181,7 @@ final class QuestionsDataManagerTests: XCTestCase {
     /// Waits until `count` callers wait for the first page.
     private func waitForCallers(_ count: Int) async {
         let manager = queueManager!
-        let deadline = ContinuousClock.now + .seconds(10)
-        while manager.statistics.callersWaiting < count,
-            ContinuousClock.now < deadline
-        {
-            await Task.yield()
-        }
+        await waitUntil("\(count) callers wait") { manager.statistics.callersWaiting >= count }
         XCTAssertEqual(manager.statistics.callersWaiting, count)
     }
 }

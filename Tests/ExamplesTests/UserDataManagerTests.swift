@@ -72,12 +72,7 @@ final class UserDataManagerTests: XCTestCase {
             queueManager: manager, service: heldService(loads: loads, release: release, user: ada))
 
         let callers = (0..<3).map { _ in Task { try await users.user() } }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while manager.statistics.callersWaiting < 3,
-            ContinuousClock.now < deadline
-        {
-            await Task.yield()
-        }
+        await waitUntil("three callers wait") { manager.statistics.callersWaiting == 3 }
         release.signal()
 
         for caller in callers {
