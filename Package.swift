@@ -59,6 +59,7 @@ let package = Package(
     platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9), .visionOS(.v1)],
     products: [
         .library(name: "CoalescingOperations", targets: ["CoalescingOperations"]),
+        .library(name: "CoalescingHTTP", targets: ["CoalescingHTTP"]),
         .executable(name: "coalescing-demo", targets: ["coalescing-demo"]),
     ] + bridges.map { .library(name: $0.module, targets: [$0.module]) } + postgresProducts,
     traits: Set(bridges.map { .trait(name: $0.trait, description: $0.summary) } + [postgresTrait, .default(enabledTraits: [])]),
@@ -66,6 +67,9 @@ let package = Package(
     targets: postgresTargets + [
         // The library: no dependencies.
         .target(name: "CoalescingOperations"),
+
+        // Coalesced HTTP requests over URLSession (issue 40): the library and Foundation, nothing else.
+        .target(name: "CoalescingHTTP", dependencies: ["CoalescingOperations"]),
 
         // Worked examples: a user fetch and a networking layer over URLSession.
         .target(name: "Examples", dependencies: ["CoalescingOperations"]),
@@ -91,6 +95,7 @@ let package = Package(
         ),
 
         .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
+        .testTarget(name: "CoalescingHTTPTests", dependencies: ["CoalescingHTTP", "HTTPStub", "TestSupport"]),
         .testTarget(
             name: "ExamplesTests", dependencies: ["Examples", "HTTPStub", "CoalescingOperations", "TestSupport"]
         ),

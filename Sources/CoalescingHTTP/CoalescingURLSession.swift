@@ -1,0 +1,316 @@
+import CoalescingOperations
+import Foundation
+
+// Linux: URLSession and its types live in FoundationNetworking; on Apple platforms, in Foundation.
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A `URLSession` whose identical requests in flight are sent once, every caller receiving the
+/// response and its body.
+///
+/// Replace `session.data(for:)` with this session's ``data(for:sharing:timeout:whenAbandoned:progress:)``:
+///
+/// ```swift
+/// let http = CoalescingURLSession(configuration: .default)
+///
+/// func profile(token: String) async throws -> Data {
+///     var request = URLRequest(url: URL(string: "https://api.example.com/me")!)
+///     request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+///     let (data, _) = try await http.data(for: request)  // one request for every caller with this token
+///     return data
+/// }
+/// ```
+///
+/// - Which requests share is decided by their ``HTTPRequestKey``: by default only `GET` and
+///   `HEAD`, with no body, and only when their method, URL, header fields (`Authorization`
+///   included) and cache policy are equal. See <doc:CoalescingHTTPRequests>.
+/// - Each caller withdraws on its own: its task cancelled, or its `timeout` passed. The data task
+///   is cancelled when the last caller has withdrawn, unless the request was started with
+///   `whenAbandoned: .runToCompletion`.
+/// - The data task runs at the priority of its most urgent caller, mapped to
+///   `URLSessionTask.priority`; every caller that asks for progress receives the transfer's.
+/// - A body longer than ``maximumBodySize`` stops the transfer and fails every caller with
+///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``.
+///
+/// The session is its own: its delegate is this coalescer's, which reads the transfer as it
+/// arrives. It is invalidated, letting its transfers finish, when this object goes away.
+public final class CoalescingURLSession: Sendable {
+    /// The session that sends the requests.
+    public let session: URLSession
+    /// Which methods share without a sharing key, and which header fields the key leaves out.
+    public let keying: HTTPKeying
+    /// The longest body a response may have, in bytes.
+    public let maximumBodySize: Int
+    let coalescer: InFlightTaskCoalescer<HTTPRequestKey, Loaded>
+    let loads: Loads
+
+    /// The default ``maximumBodySize``: 32 MiB.
+    public static let defaultMaximumBodySize = 32 << 20
+
+    /// Creates a session that coalesces its identical requests.
+    ///
+    /// - Parameters:
+    ///   - configuration: The configuration of the session to create.
+    ///   - keying: Which methods share, and which header fields the key leaves out; the default is
+    ///     safe (``HTTPKeying/standard``).
+    ///   - maximumBodySize: The longest body a response may have, in bytes; 32 MiB by default.
+    ///   - observer: Receives one ``CoalescingEvent`` per step, as a task coalescer's observer
+    ///     does; its keys describe requests without header values.
+    ///   - stallThreshold: Reports requests in flight this long, as a task coalescer does.
+    ///   - clock: The clock that callers' timeouts and the stall threshold are measured on.
+    public init<C: Clock>(
+        configuration: URLSessionConfiguration = .default, keying: HTTPKeying = .standard,
+        maximumBodySize: Int = defaultMaximumBodySize,
+        observer: (@Sendable (CoalescingEvent<HTTPRequestKey>) -> Void)? = nil, stallThreshold: Duration? = nil,
+        clock: C = ContinuousClock()
+    ) where C.Duration == Duration {
+        precondition(maximumBodySize >= 0, "CoalescingURLSession: maximumBodySize must not be negative")
+        let loads = Loads()
+        self.loads = loads
+        self.keying = keying
+        self.maximumBodySize = maximumBodySize
+        session = URLSession(configuration: configuration, delegate: loads, delegateQueue: nil)
+        // The coalescer's own observer carries each work's priority to its data task, then hands
+        // the event on.
+        coalescer = InFlightTaskCoalescer(
+            observer: { event in
+                loads.follow(event)
+                observer?(event)
+            }, stallThreshold: stallThreshold, clock: clock)
+    }
+
+    deinit {
+        session.finishTasksAndInvalidate()
+    }
+
+    /// Sends `request`, or joins the identical one in flight, and returns its response and body.
+    ///
+    /// - Parameters:
+    ///   - request: The request. Its key decides whom it shares with: see ``key(for:sharing:)``.
+    ///   - sharing: ``HTTPSharing/automatic`` (safe methods share by key), a sharing key that
+    ///     opts any request in, or ``HTTPSharing/never``.
+    ///   - timeout: How long this caller waits at most; the request goes on for the others.
+    ///   - whenAbandoned: Whether the data task is cancelled when every caller has withdrawn (the
+    ///     default), or runs to its end; read from the caller that sends the request.
+    ///   - progress: Receives the transfer's progress, in bytes of the body.
+    /// - Returns: The body, this caller's own, and the response, as the session received them,
+    ///   whatever their status.
+    /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` at once, sending nothing;
+    ///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``; the session's `URLError`;
+    ///   `CancellationError` if this caller's task was cancelled; ``CoalescingError``.
+    public func data(
+        for request: URLRequest, sharing: HTTPSharing = .automatic, timeout: Duration? = nil,
+        whenAbandoned: AbandonedWorkPolicy = .cancel, progress: (@Sendable (WorkProgress) -> Void)? = nil
+    ) async throws -> (Data, URLResponse) {
+        let key = try key(for: request, sharing: sharing)
+        let loaded = try await coalescer.value(
+            key: key, name: key.description, timeout: timeout, whenAbandoned: whenAbandoned, progress: progress
+        ) { [loads, session, maximumBodySize] in
+            let reporter = ProgressReporter.current
+            let task = session.dataTask(with: request)
+            task.priority = Loads.sessionPriority(Task.currentPriority)
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    loads.start(task, work: reporter.work, limit: maximumBodySize, progress: reporter.report) {
+                        continuation.resume(with: $0)
+                    }
+                }
+            } onCancel: {
+                loads.cancel(task)
+            }
+        }
+        return (loaded.data, loaded.response)
+    }
+
+    /// The key `request` is coalesced under.
+    ///
+    /// - Parameters:
+    ///   - request: The request.
+    ///   - sharing: As given to ``data(for:sharing:timeout:whenAbandoned:progress:)``.
+    /// - Returns: The key; one equal to no other if the request does not share.
+    /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` for a request that cannot be sent.
+    public func key(for request: URLRequest, sharing: HTTPSharing = .automatic) throws -> HTTPRequestKey {
+        try HTTPRequestKey(request, sharing: sharing, keying: keying)
+    }
+
+    /// Lets the next identical request be sent anew, while the callers already waiting keep
+    /// waiting for the one in flight: use it after a write that changes what the request reads.
+    ///
+    /// - Parameter request: The request to forget.
+    /// - Returns: Whether such a request was in flight.
+    @discardableResult public func forget(_ request: URLRequest) -> Bool {
+        guard let key = try? key(for: request) else { return false }
+        return coalescer.forget(key: key)
+    }
+
+    /// Cancels the request in flight for every caller, who throw ``CoalescingError/cancelled``.
+    ///
+    /// - Parameter request: The request to cancel.
+    /// - Returns: Whether such a request was in flight.
+    @discardableResult public func cancel(_ request: URLRequest) -> Bool {
+        guard let key = try? key(for: request) else { return false }
+        return coalescer.cancel(key: key)
+    }
+
+    /// Cancels every request in flight, forgotten ones included.
+    ///
+    /// - Returns: Whether any was in flight.
+    @discardableResult public func cancelAll() -> Bool { coalescer.cancelAll() }
+
+    /// What the session has done since it was created: callers, requests sent (work started),
+    /// joins, withdrawals.
+    public var statistics: CoalescingStatistics { coalescer.statistics }
+}
+
+extension HTTPRequestKey {
+    /// The key of a `URLRequest`: its cache policy, timeout and cookie handling change its answer.
+    init(_ request: URLRequest, sharing: HTTPSharing, keying: HTTPKeying) throws {
+        let body: Body =
+            if request.httpBodyStream != nil { .unreadable } else if let data = request.httpBody { .bytes(data) } else {
+                .none
+            }
+        let transport = [
+            "cache \(request.cachePolicy.rawValue)", "timeout \(request.timeoutInterval)",
+            "cookies \(request.httpShouldHandleCookies)",
+        ]
+        try self.init(
+            method: request.httpMethod, url: request.url,
+            headers: (request.allHTTPHeaderFields ?? [:]).map { (name: $0.key, value: $0.value) }, body: body,
+            transport: transport, sharing: sharing, keying: keying)
+    }
+}
+
+/// A response and its body, as every caller receives it: the body a value, each caller's own.
+struct Loaded: Sendable {
+    let data: Data
+    let response: URLResponse
+}
+
+/// The session's delegate: each data task's transfer, read as it arrives, capped, reported, and
+/// handed to whoever started it; and each work's data task, for its priority.
+final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    // @unchecked: `transfers` and `priorities` are guarded by `lock`.
+    private let lock = NSLock()
+    private var transfers: [Int: Transfer] = [:]
+    /// The priority of each work that has a data task, or whose priority rose before it had one.
+    private var priorities: [Int: Float] = [:]
+
+    private struct Transfer {
+        let task: URLSessionDataTask
+        let work: Int?
+        let limit: Int
+        let progress: @Sendable (WorkProgress) -> Void
+        let completion: @Sendable (Result<Loaded, Error>) -> Void
+        var response: URLResponse?
+        var body = Data()
+        var failure: HTTPCoalescingError?
+    }
+
+    /// Sends `task`, reading its body up to `limit` bytes; `completion` hears its outcome once.
+    /// Inside a task already cancelled, sends nothing and fails with `CancellationError`.
+    func start(
+        _ task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
+        completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
+    ) {
+        let sends = lock.withLock {
+            // The flag is set before a cancellation handler runs: either it is seen here, or the
+            // handler finds the transfer.
+            guard !Task.isCancelled else { return false }
+            transfers[task.taskIdentifier] = Transfer(
+                task: task, work: work, limit: limit, progress: progress, completion: completion)
+            // A rise that came before the task keeps its place.
+            if let work {
+                task.priority = max(task.priority, priorities[work] ?? 0)
+                priorities[work] = task.priority
+            }
+            return true
+        }
+        guard sends else { return completion(.failure(CancellationError())) }
+        task.resume()
+    }
+
+    /// Cancels `task` if it has not completed.
+    func cancel(_ task: URLSessionDataTask) {
+        lock.withLock {
+            // Under the lock that the task's completion takes first: FoundationNetworking traps a
+            // cancel that lands after it told its delegate the task completed.
+            if transfers[task.taskIdentifier] != nil { task.cancel() }
+        }
+    }
+
+    /// Follows a coalescer's events: a work's priority rises on its data task; a work's end
+    /// forgets it.
+    func follow(_ event: CoalescingEvent<HTTPRequestKey>) {
+        switch event {
+        case .priorityChanged(_, let work, .task(let priority)):
+            lock.withLock {
+                let raised = max(priorities[work] ?? 0, Self.sessionPriority(priority))
+                priorities[work] = raised
+                transfers.values.first { $0.work == work }?.task.priority = raised
+            }
+        case .workEnded(_, let work, _, _, _, _):
+            _ = lock.withLock { priorities.removeValue(forKey: work) }
+        default:
+            break
+        }
+    }
+
+    /// A task's priority as a session task's: high for `.high` and above, low below `.medium`.
+    static func sessionPriority(_ priority: TaskPriority) -> Float {
+        if priority >= .high { return URLSessionTask.highPriority }
+        if priority >= .medium { return URLSessionTask.defaultPriority }
+        return URLSessionTask.lowPriority
+    }
+
+    // MARK: URLSessionDataDelegate
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
+        let (report, proceeds) = lock.withLock { () -> ((@Sendable (WorkProgress) -> Void)?, Bool) in
+            guard var transfer = transfers[dataTask.taskIdentifier] else { return (nil, true) }
+            transfer.response = response
+            if response.expectedContentLength > Int64(transfer.limit) {
+                transfer.failure = .bodyTooLarge(url: response.url?.absoluteString ?? "", limit: transfer.limit)
+            }
+            transfers[dataTask.taskIdentifier] = transfer
+            return (transfer.progress, transfer.failure == nil)
+        }
+        report?(WorkProgress(completed: 0, total: response.expectedContentLength))
+        completionHandler(proceeds ? .allow : .cancel)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let report = lock.withLock { () -> (() -> Void)? in
+            guard var transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
+            guard transfer.body.count + data.count <= transfer.limit else {
+                transfer.failure = .bodyTooLarge(
+                    url: transfer.response?.url?.absoluteString ?? "", limit: transfer.limit)
+                transfers[dataTask.taskIdentifier] = transfer
+                dataTask.cancel()
+                return nil
+            }
+            transfer.body.append(data)
+            transfers[dataTask.taskIdentifier] = transfer
+            let progress = WorkProgress(
+                completed: Int64(transfer.body.count), total: transfer.response?.expectedContentLength ?? -1)
+            return { [report = transfer.progress] in report(progress) }
+        }
+        report?()
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        guard let transfer = lock.withLock({ transfers.removeValue(forKey: task.taskIdentifier) }) else { return }
+        if let failure = transfer.failure {
+            transfer.completion(.failure(failure))
+        } else if let error {
+            transfer.completion(.failure(error))
+        } else if let response = transfer.response {
+            transfer.completion(.success(Loaded(data: transfer.body, response: response)))
+        } else {
+            transfer.completion(.failure(URLError(.badServerResponse)))
+        }
+    }
+}
