@@ -36,6 +36,8 @@ public final class HTTPStub: @unchecked Sendable {
         var isHeld = false
         var held: [(StubExchange, StubResponse)] = []
         var requests: [URL] = []
+        var methods: [String] = []
+        var tasks: [URLSessionTask] = []
         var abandonedRequestCount = 0
         var isStopped = false
     }
@@ -119,6 +121,17 @@ public final class HTTPStub: @unchecked Sendable {
         withState { $0.requests }
     }
 
+    /// The method of every request received so far, in arrival order.
+    public var receivedMethods: [String] {
+        withState { $0.methods }
+    }
+
+    /// The session's task of every request received so far, in arrival order: what a test reads
+    /// a task's priority from.
+    public var receivedTasks: [URLSessionTask] {
+        withState { $0.tasks }
+    }
+
     /// The number of requests cancelled by their session before their answer.
     public var abandonedRequestCount: Int {
         withState { $0.abandonedRequestCount }
@@ -185,6 +198,8 @@ public final class HTTPStub: @unchecked Sendable {
         let decision = withState { state -> Decision in
             guard !state.isStopped else { return .refuse }
             state.requests.append(url)
+            state.methods.append(request.method)
+            if let task = request.task { state.tasks.append(task) }
             let response = state.routes[Self.routeKey(url.path)] ?? .status(404)
             guard state.isHeld else { return .answer(response) }
             state.held.append((request, response))

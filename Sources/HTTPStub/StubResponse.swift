@@ -19,6 +19,10 @@ public struct StubResponse: Sendable, Equatable {
     /// How long the stub waits after receiving the request before answering. `.zero` answers at once.
     public var delay: Duration
 
+    /// How many parts the body is sent in, one after the other: more than one lets a session
+    /// report progress. Defaults to 1.
+    public var parts = 1
+
     /// Creates a response.
     ///
     /// - Parameters:
@@ -72,6 +76,18 @@ public struct StubResponse: Sendable, Equatable {
 
     /// A `200 OK` with `Content-Type: application/json` and a body that no JSON parser accepts.
     public static let malformedJSON = StubResponse.json(#"{"items":[{"question_id":1,"title":"Truncated"#)
+
+    /// Returns a copy of this response whose body is sent in `parts` parts, with its length stated
+    /// in `Content-Length`.
+    ///
+    /// - Parameter parts: How many parts, 1 or more.
+    /// - Returns: The response.
+    public func inParts(_ parts: Int) -> StubResponse {
+        var copy = self
+        copy.parts = max(1, parts)
+        copy.headers["Content-Length"] = "\(body.count)"
+        return copy
+    }
 
     /// Returns a copy of this response that the stub answers only after `delay` has passed.
     ///

@@ -90,6 +90,10 @@ final class StubExchange: @unchecked Sendable {
     private weak var stub: HTTPStub?
     /// The request's URL.
     let url: URL
+    /// The request's method.
+    var method: String { loader.request.httpMethod ?? "GET" }
+    /// The session's task for the request, if the session said.
+    var task: URLSessionTask? { loader.task }
 
     init(loader: StubURLProtocol, url: URL, stub: HTTPStub?) {
         self.loader = loader
@@ -104,8 +108,12 @@ final class StubExchange: @unchecked Sendable {
             let head = HTTPURLResponse(
                 url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: response.headers)!
             loader.client?.urlProtocol(loader, didReceive: head, cacheStoragePolicy: .notAllowed)
-            if !response.body.isEmpty {
-                loader.client?.urlProtocol(loader, didLoad: response.body)
+            let partSize = max(1, (response.body.count + response.parts - 1) / response.parts)
+            var offset = response.body.startIndex
+            while offset < response.body.endIndex {
+                let end = min(offset + partSize, response.body.endIndex)
+                loader.client?.urlProtocol(loader, didLoad: response.body.subdata(in: offset..<end))
+                offset = end
             }
             loader.client?.urlProtocolDidFinishLoading(loader)
         }
