@@ -12,6 +12,13 @@ import FoundationNetworking
 /// Replace `session.data(for:)` with this session's ``data(for:sharing:timeout:whenAbandoned:progress:)``:
 ///
 /// ```swift
+/// import CoalescingHTTP
+/// import Foundation
+///
+/// #if canImport(FoundationNetworking)
+/// import FoundationNetworking
+/// #endif
+///
 /// let http = CoalescingURLSession(configuration: .default)
 ///
 /// func profile(token: String) async throws -> Data {
@@ -24,7 +31,7 @@ import FoundationNetworking
 ///
 /// - Which requests share is decided by their ``HTTPRequestKey``: by default only `GET` and
 ///   `HEAD`, with no body, and only when their method, URL, header fields (`Authorization`
-///   included) and cache policy are equal. See <doc:CoalescingHTTPRequests>.
+///   included) and cache policy are equal. See the article "Coalescing HTTP requests".
 /// - Each caller withdraws on its own: its task cancelled, or its `timeout` passed. The data task
 ///   is cancelled when the last caller has withdrawn, unless the request was started with
 ///   `whenAbandoned: .runToCompletion`.

@@ -1,7 +1,7 @@
 import Foundation
 
 /// What makes two HTTP requests the same request: the one thing that decides whether a caller
-/// may be handed another caller's response (Guarantees 40 to 43).
+/// may be handed another caller's response (Guarantees 40 and 41).
 ///
 /// A key holds the method, the full URL, every header field but the ones ``HTTPKeying`` names as
 /// carrying no meaning for the response, what else of the request changes its answer (with
@@ -52,6 +52,7 @@ public struct HTTPRequestKey: Hashable, Sendable, CustomStringConvertible {
     ///     chooses, such as a cache policy; requests share only when these are equal.
     ///   - sharing: Whether, and under what key, the caller lets this request share.
     ///   - keying: Which methods share without a sharing key, and which header fields are left out.
+    /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)``, saying what is wrong.
     public init(
         method: String?, url: URL?, headers: [(name: String, value: String)], body: Body,
         transport: [String] = [], sharing: HTTPSharing = .automatic, keying: HTTPKeying = .standard

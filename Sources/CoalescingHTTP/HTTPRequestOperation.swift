@@ -12,17 +12,29 @@ import FoundationNetworking
 /// through that session: its body limit, its progress, its priority.
 ///
 /// ```swift
-/// final class ProfileRequest: HTTPRequestOperation<Profile>, @unchecked Sendable {
+/// import CoalescingHTTP
+/// import Foundation
+///
+/// #if canImport(FoundationNetworking)
+/// import FoundationNetworking
+/// #endif
+///
+/// struct Me: Decodable, Sendable {
+///     let name: String
+/// }
+///
+/// final class MeRequest: HTTPRequestOperation<Me>, @unchecked Sendable {
 ///     init(token: String, http: CoalescingURLSession) throws {
 ///         var request = URLRequest(url: URL(string: "https://api.example.com/me")!)
 ///         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
 ///         try super.init(request: request, session: http) { data, _ in
-///             try JSONDecoder().decode(Profile.self, from: data)
+///             try JSONDecoder().decode(Me.self, from: data)
 ///         }
 ///     }
 /// }
 ///
-/// let profile = try await manager.value(of: try ProfileRequest(token: token, http: http))
+/// let http = CoalescingURLSession()
+/// let me = try await OperationQueueManager().value(of: try MeRequest(token: "…", http: http))
 /// ```
 ///
 /// The data task runs at the priority the operation has when it starts (its quality of service,

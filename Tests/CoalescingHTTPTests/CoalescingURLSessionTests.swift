@@ -93,9 +93,9 @@ final class CoalescingURLSessionTests: XCTestCase {
         XCTAssertEqual(stub.requestCount(path: "/me"), 2)
     }
 
-    // MARK: Guarantee 2: every caller hears once (Moya #2215, golang/go#31420)
+    // MARK: Guarantee 37: every caller hears once (Moya #2215, golang/go#31420)
 
-    /// Guarantee 2: callers arriving while the response lands and the request leaves the index
+    /// Guarantees 37 and 2: callers arriving while the response lands and the request leaves the index
     /// either join it or send anew; every one hears exactly once, none is left waiting.
     func testCallersArrivingAsTheResponseLandsAllHearOnce() async throws {
         let stub = self.stub!
