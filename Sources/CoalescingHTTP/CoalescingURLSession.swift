@@ -112,7 +112,7 @@ public final class CoalescingURLSession: Sendable {
     ) async throws -> (Data, URLResponse) {
         let key = try key(for: request, sharing: sharing)
         let loaded = try await coalescer.value(
-            key: key, name: key.description, timeout: timeout, whenAbandoned: whenAbandoned, progress: progress
+            key: key, name: key.url, timeout: timeout, whenAbandoned: whenAbandoned, progress: progress
         ) { [loads, session, maximumBodySize] in
             let reporter = ProgressReporter.current
             let task = session.dataTask(with: request)
@@ -144,19 +144,23 @@ public final class CoalescingURLSession: Sendable {
     /// Lets the next identical request be sent anew, while the callers already waiting keep
     /// waiting for the one in flight: use it after a write that changes what the request reads.
     ///
-    /// - Parameter request: The request to forget.
+    /// - Parameters:
+    ///   - request: The request to forget.
+    ///   - sharing: As given to ``data(for:sharing:timeout:whenAbandoned:progress:)``.
     /// - Returns: Whether such a request was in flight.
-    @discardableResult public func forget(_ request: URLRequest) -> Bool {
-        guard let key = try? key(for: request) else { return false }
+    @discardableResult public func forget(_ request: URLRequest, sharing: HTTPSharing = .automatic) -> Bool {
+        guard let key = try? key(for: request, sharing: sharing) else { return false }
         return coalescer.forget(key: key)
     }
 
     /// Cancels the request in flight for every caller, who throw ``CoalescingError/cancelled``.
     ///
-    /// - Parameter request: The request to cancel.
+    /// - Parameters:
+    ///   - request: The request to cancel.
+    ///   - sharing: As given to ``data(for:sharing:timeout:whenAbandoned:progress:)``.
     /// - Returns: Whether such a request was in flight.
-    @discardableResult public func cancel(_ request: URLRequest) -> Bool {
-        guard let key = try? key(for: request) else { return false }
+    @discardableResult public func cancel(_ request: URLRequest, sharing: HTTPSharing = .automatic) -> Bool {
+        guard let key = try? key(for: request, sharing: sharing) else { return false }
         return coalescer.cancel(key: key)
     }
 

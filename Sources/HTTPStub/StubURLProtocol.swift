@@ -104,18 +104,22 @@ final class StubExchange: @unchecked Sendable {
     /// Answers `response` after its delay, unless the session has stopped loading by then.
     func answer(_ response: StubResponse) {
         let item = DispatchWorkItem { [self] in
-            guard claim() else { return }
-            let head = HTTPURLResponse(
-                url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: response.headers)!
-            loader.client?.urlProtocol(loader, didReceive: head, cacheStoragePolicy: .notAllowed)
-            let partSize = max(1, (response.body.count + response.parts - 1) / response.parts)
-            var offset = response.body.startIndex
-            while offset < response.body.endIndex {
-                let end = min(offset + partSize, response.body.endIndex)
-                loader.client?.urlProtocol(loader, didLoad: response.body.subdata(in: offset..<end))
-                offset = end
+            // The answer goes out whole under the lock that `stop()` takes: a session that cancels
+            // meanwhile waits for it, and is never called back after it stopped loading (which
+            // traps FoundationNetworking, once the task has left its session).
+            claimed { client in
+                let head = HTTPURLResponse(
+                    url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: response.headers)!
+                client.urlProtocol(loader, didReceive: head, cacheStoragePolicy: .notAllowed)
+                let partSize = max(1, (response.body.count + response.parts - 1) / response.parts)
+                var offset = response.body.startIndex
+                while offset < response.body.endIndex {
+                    let end = min(offset + partSize, response.body.endIndex)
+                    client.urlProtocol(loader, didLoad: response.body.subdata(in: offset..<end))
+                    offset = end
+                }
+                client.urlProtocolDidFinishLoading(loader)
             }
-            loader.client?.urlProtocolDidFinishLoading(loader)
         }
         lock.withLock { pendingAnswer = item }
         let (seconds, attoseconds) = response.delay.components
@@ -125,8 +129,7 @@ final class StubExchange: @unchecked Sendable {
 
     /// Fails the request with `error`, unless it is already answered or stopped.
     func fail(_ error: URLError) {
-        guard claim() else { return }
-        loader.client?.urlProtocol(loader, didFailWithError: error)
+        claimed { client in client.urlProtocol(loader, didFailWithError: error) }
     }
 
     /// The session cancelled the request: the stub counts it as abandoned if it was not answered.
@@ -141,11 +144,12 @@ final class StubExchange: @unchecked Sendable {
         }
     }
 
-    /// Whether this call is the one that ends the request.
-    private func claim() -> Bool {
+    /// Calls the session's client under the lock, if this call is the one that ends the request.
+    private func claimed(_ body: (any URLProtocolClient) -> Void) {
         lock.withLock {
-            defer { isDone = true }
-            return !isDone
+            guard !isDone else { return }
+            isDone = true
+            if let client = loader.client { body(client) }
         }
     }
 }
