@@ -207,7 +207,9 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// The priority of each work that has a data task, or whose priority rose before it had one.
     private var priorities: [Int: Float] = [:]
 
-    private struct Transfer {
+    /// One data task's transfer. A class, so that its body grows in place: changed only under
+    /// `lock`.
+    private final class Transfer {
         let task: URLSessionDataTask
         let work: Int?
         let limit: Int
@@ -216,6 +218,15 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         var response: URLResponse?
         var body = Data()
         var failure: HTTPCoalescingError?
+
+        init(
+            task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
+            completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
+        ) {
+            (self.task, self.work, self.limit, self.progress, self.completion) = (
+                task, work, limit, progress, completion
+            )
+        }
     }
 
     /// Sends `task`, reading its body up to `limit` bytes; `completion` hears its outcome once.
@@ -281,12 +292,11 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
     ) {
         let (report, proceeds) = lock.withLock { () -> ((@Sendable (WorkProgress) -> Void)?, Bool) in
-            guard var transfer = transfers[dataTask.taskIdentifier] else { return (nil, true) }
+            guard let transfer = transfers[dataTask.taskIdentifier] else { return (nil, true) }
             transfer.response = response
             if response.expectedContentLength > Int64(transfer.limit) {
                 transfer.failure = .bodyTooLarge(url: response.url?.absoluteString ?? "", limit: transfer.limit)
             }
-            transfers[dataTask.taskIdentifier] = transfer
             return (transfer.progress, transfer.failure == nil)
         }
         report?(WorkProgress(completed: 0, total: response.expectedContentLength))
@@ -295,16 +305,14 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         let report = lock.withLock { () -> (() -> Void)? in
-            guard var transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
+            guard let transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
             guard transfer.body.count + data.count <= transfer.limit else {
                 transfer.failure = .bodyTooLarge(
                     url: transfer.response?.url?.absoluteString ?? "", limit: transfer.limit)
-                transfers[dataTask.taskIdentifier] = transfer
                 dataTask.cancel()
                 return nil
             }
             transfer.body.append(data)
-            transfers[dataTask.taskIdentifier] = transfer
             let progress = WorkProgress(
                 completed: Int64(transfer.body.count), total: transfer.response?.expectedContentLength ?? -1)
             return { [report = transfer.progress] in report(progress) }
