@@ -289,7 +289,7 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     func urlSession(
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let (report, proceeds) = lock.withLock { () -> ((@Sendable (WorkProgress) -> Void)?, Bool) in
             guard let transfer = transfers[dataTask.taskIdentifier] else { return (nil, true) }
