@@ -184,7 +184,8 @@ var asyncHTTPClientTrait: Trait {
         description: "CoalescingAsyncHTTPClient: coalesced requests for AsyncHTTPClient's HTTPClient.")
 }
 
-/// swift-nio comes with the Postgres block, and the bridges' packages with theirs.
+/// swift-nio and swift-service-lifecycle come with the Postgres block, and the bridges' packages
+/// with theirs.
 var asyncHTTPClientDependencies: [Package.Dependency] {
     [
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
@@ -215,6 +216,7 @@ var asyncHTTPClientTargets: [Target] {
                 "CoalescingMetrics", "CoalescingTracing", "CoalescingLogging",
                 ahc("AsyncHTTPClient", "async-http-client"), ahc("Hummingbird", "hummingbird"),
                 ahc("NIOCore", "swift-nio"), ahc("NIOHTTP1", "swift-nio"),
+                ahc("ServiceLifecycle", "swift-service-lifecycle"), ahc("Logging", "swift-log"),
                 ahc("MetricsTestKit", "swift-metrics", trait: "Metrics"),
                 ahc("InMemoryTracing", "swift-distributed-tracing", trait: "Tracing"),
                 ahc("InMemoryLogging", "swift-log", trait: "Logging"),

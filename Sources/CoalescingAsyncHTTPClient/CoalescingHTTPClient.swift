@@ -99,7 +99,8 @@ public final class CoalescingHTTPClient: Sendable {
     /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` at once, sending nothing;
     ///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``; the client's `HTTPClientError` or
     ///   connection error; `CancellationError` if this caller's task was cancelled;
-    ///   ``CoalescingError``.
+    ///   ``CoalescingError/cancelled`` if the request was cancelled for everyone, through
+    ///   ``cancel(_:)`` or ``cancelAll()``; or ``CoalescingError/timedOut`` if `timeout` passed first.
     public func execute(
         _ request: HTTPClientRequest, sharing: HTTPSharing = .automatic, timeout: Duration? = nil,
         requestTimeout: TimeAmount = .seconds(30), whenAbandoned: AbandonedWorkPolicy = .cancel,

@@ -252,31 +252,81 @@ final class CoalescingHTTPClientTests: XCTestCase {
     /// Guarantee 2, in the race of Moya #2215 and golang/go#31420: callers arrive while the
     /// previous request finishes and is removed; every caller hears exactly once, none hangs, and
     /// each request the coalescer started is one the server received.
+    ///
+    /// Eight callers loop on one URL, so that each arrives while another's request ends; besides,
+    /// a caller that sees the whole body arrive (the request about to end) sends in one more
+    /// caller, and so does every request's end, seen by the observer just after its removal.
     func testCallersArrivingAsRequestsEndEachHearExactlyOnce() async throws {
-        let http = CoalescingHTTPClient(client: client)
+        let (workers, rounds, extras) = (8, 40, 200)
+        let heard = LockedBox<[String: Int]>([:])
+        let late = LockedBox<[Task<Void, any Error>]>([])
+        let box = LockedBox<CoalescingHTTPClient?>(nil)
         let request = request("/fast")
-        let (workers, rounds) = (8, 40)
-        let heard = LockedBox<[Int: Int]>([:])
+        // One caller, named `name`, that counts what it hears; at the end of the body it may send
+        // in another.
+        @Sendable func call(_ name: String) async throws {
+            let http = box.value!
+            let response = try await http.execute(request, timeout: .seconds(30)) { progress in
+                if progress.total > 0 && progress.completed == progress.total { sendLate("body \(name)") }
+            }
+            XCTAssertTrue(String(buffer: response.body).hasPrefix("fast "))
+            heard.mutate { $0[name, default: 0] += 1 }
+        }
+        @Sendable func sendLate(_ name: String) {
+            late.mutate { tasks in
+                guard tasks.count < extras else { return }
+                let number = tasks.count
+                tasks.append(Task { try await call("late \(number) after \(name)") })
+            }
+        }
+        let http = CoalescingHTTPClient(client: client) { event in
+            if case .workEnded(_, let work, _, _, _, _) = event { sendLate("end of \(work)") }
+        }
+        box.value = http
         try await withThrowingTaskGroup(of: Void.self) { group in
             for worker in 0..<workers {
-                group.addTask {
-                    for round in 0..<rounds {
-                        let response = try await http.execute(request, timeout: .seconds(30))
-                        XCTAssertTrue(String(buffer: response.body).hasPrefix("fast "))
-                        heard.mutate { $0[worker * rounds + round, default: 0] += 1 }
-                    }
-                }
+                group.addTask { for round in 0..<rounds { try await call("worker \(worker) round \(round)") } }
             }
             try await group.waitForAll()
         }
-        XCTAssertEqual(heard.value.count, workers * rounds)
-        XCTAssertTrue(heard.value.values.allSatisfy { $0 == 1 })
+        await waitUntil("every late caller was sent in") { late.value.count == extras }
+        for task in late.value { try await task.value }
+
+        let callers = workers * rounds + extras
+        XCTAssertEqual(heard.value.count, callers)
+        XCTAssertTrue(heard.value.values.allSatisfy { $0 == 1 }, "every caller heard exactly once")
         let statistics = http.statistics
-        XCTAssertEqual(statistics.callersArrived, workers * rounds)
-        XCTAssertEqual(statistics.callersServed, workers * rounds)
+        XCTAssertEqual(statistics.callersArrived, callers)
+        XCTAssertEqual(statistics.callersServed, callers)
         XCTAssertEqual(statistics.callersTimedOut, 0)
         XCTAssertEqual(statistics.workInFlight, 0)
         XCTAssertEqual(statistics.workStarted, server.requests("/fast"))
+    }
+
+    /// Guarantees 13 and 43: `cancel(_:)` ends the request for every caller, who throw
+    /// `CoalescingError.cancelled`; `forget(_:)` lets the next caller send the request anew
+    /// while the callers already waiting keep the one in flight.
+    func testCancelAndForget() async throws {
+        let http = CoalescingHTTPClient(client: client)
+        let request = request("/hold")
+        let waiting = (0..<2).map { _ in Task { try await http.execute(request) } }
+        await waitUntil("the request is sent and joined") {
+            server.requests("/hold") == 1 && http.statistics.callersJoined == 1
+        }
+        XCTAssertTrue(http.cancel(request))
+        for task in waiting { await XCTAssertThrowsCoalescingError(.cancelled, try await task.value) }
+        XCTAssertFalse(http.cancel(request), "nothing is in flight any more")
+
+        let old = Task { try await http.execute(request) }
+        await waitUntil("a second request is sent") { server.requests("/hold") == 2 }
+        XCTAssertTrue(http.forget(request))
+        let new = Task { try await http.execute(request) }
+        await waitUntil("a third request is sent") { server.requests("/hold") == 3 }
+        server.hold.open()
+        let (oldResponse, newResponse) = try await (old.value, new.value)
+        XCTAssertEqual(text(oldResponse), "held 2  ")
+        XCTAssertEqual(text(newResponse), "held 3  ")
+        XCTAssertFalse(http.cancelAll())
     }
 
     /// Guarantee 40: the key reads an AsyncHTTPClient request as CoalescingURLSession's reads a

@@ -1,7 +1,9 @@
 #if AsyncHTTPClient
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
+import ServiceLifecycle
 import TestSupport
 
 /// A Hummingbird server on 127.0.0.1 that counts the requests of each route, and holds its answers
@@ -22,7 +24,7 @@ final class TestServer: Sendable {
     let hold = AsyncGate()
     /// Lets `/slow` send its second half.
     let secondHalf = AsyncGate()
-    private let server = LockedBox<(port: Int, run: Task<Void, any Error>)?>(nil)
+    private let server = LockedBox<(port: Int, group: ServiceGroup, run: Task<Void, any Error>)?>(nil)
 
     private struct Dropped: Error {}
 
@@ -43,31 +45,36 @@ final class TestServer: Sendable {
     static func start() async throws -> TestServer {
         let server = TestServer()
         let (ports, listening) = AsyncStream.makeStream(of: Int.self)
+        // Quiet: the tests read what the server counts, not its log.
+        var logger = Logger(label: "test server")
+        logger.logLevel = .critical
         let application = Application(
             router: server.router,
             configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in
                 listening.yield(channel.localAddress?.port ?? 0)
                 listening.finish()
-            })
+            }, logger: logger)
+        // No signal handlers: the test stops the server, by `stop()`.
+        let group = ServiceGroup(services: [application], gracefulShutdownSignals: [], logger: logger)
         let run = Task {
             defer { listening.finish() }
-            try await application.runService(gracefulShutdownSignals: [])
+            try await group.run()
         }
         for await port in ports {
-            server.server.value = (port, run)
+            server.server.value = (port, group, run)
             return server
         }
         try await run.value
-        throw CancellationError()
+        throw CancellationError()  // the server ended without an error before it listened
     }
 
-    /// Opens every gate, so that no answer stays held, and stops the server.
+    /// Opens every gate, so that no answer stays held, and shuts the server down gracefully.
     func stop() async {
         hold.open()
         secondHalf.open()
-        guard let run = server.value?.run else { return }
-        run.cancel()
+        guard let (_, group, run) = server.value else { return }
+        await group.triggerGracefulShutdown()
         _ = try? await run.value
     }
 
