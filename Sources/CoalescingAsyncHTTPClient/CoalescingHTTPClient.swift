@@ -36,13 +36,15 @@ import Tracing
 /// - Each caller withdraws on its own: its task cancelled, or its `timeout` passed. The request is
 ///   cancelled when the last caller has withdrawn, unless it was started with
 ///   `whenAbandoned: .runToCompletion`.
-/// - AsyncHTTPClient has no request priority: the request's task runs at the priority of its most
-///   urgent caller, and that is all. Every caller that asks for progress receives the transfer's.
+/// - AsyncHTTPClient has no request priority: only the task that runs the request has one, its
+///   most urgent caller's. Every caller that asks for progress receives the transfer's.
 /// - A body longer than ``maximumBodySize`` stops the transfer and fails every caller with
 ///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``.
 /// - The request runs in the `ServiceContext` of the caller that sent it, so that the span
 ///   AsyncHTTPClient starts for it, if its configuration has a tracer, is a child of that caller's
 ///   span; the callers that joined get no span of it.
+/// - Its events feed the bridges as a task coalescer's do: pass `CoalescingMetrics`' or
+///   `CoalescingLogging`'s `record` as its observer.
 public final class CoalescingHTTPClient: Sendable {
     /// The client that sends the requests; this object does not shut it down.
     public let client: HTTPClient
