@@ -206,6 +206,20 @@ final class CoalescingHTTPClientTests: XCTestCase {
         XCTAssertEqual(server.requests("/hold"), 1)
     }
 
+    /// Guarantee 43: a request started with `whenAbandoned: .runToCompletion` goes on when its
+    /// only caller leaves, and ends with its response.
+    func testARequestThatRunsToCompletionOutlivesItsCallers() async throws {
+        let http = CoalescingHTTPClient(client: client)
+        let request = request("/hold", method: .POST)
+        let caller = Task { try await http.execute(request, whenAbandoned: .runToCompletion) }
+        await waitUntil("the request is sent") { server.requests("/hold") == 1 }
+        caller.cancel()
+        await XCTAssertThrowsCancellation(try await caller.value)
+        XCTAssertEqual(http.statistics.workInFlight, 1, "the request goes on with no caller")
+        server.hold.open()
+        await waitUntil("the request ended with its response") { http.statistics.workSucceeded == 1 }
+    }
+
     /// Guarantee 43: a caller's deadline is its own: it times out, the other caller gets the
     /// response of the one request.
     func testADeadlineIsPerCaller() async throws {
