@@ -61,10 +61,14 @@ let package = Package(
         .library(name: "CoalescingOperations", targets: ["CoalescingOperations"]),
         .library(name: "CoalescingHTTP", targets: ["CoalescingHTTP"]),
         .executable(name: "coalescing-demo", targets: ["coalescing-demo"]),
-    ] + bridges.map { .library(name: $0.module, targets: [$0.module]) } + postgresProducts,
-    traits: Set(bridges.map { .trait(name: $0.trait, description: $0.summary) } + [postgresTrait, .default(enabledTraits: [])]),
-    dependencies: bridges.map { .package(url: $0.url, from: $0.from) } + postgresDependencies,
-    targets: postgresTargets + [
+    ] + bridges.map { .library(name: $0.module, targets: [$0.module]) } + postgresProducts + asyncHTTPClientProducts,
+    traits: Set(
+        bridges.map { .trait(name: $0.trait, description: $0.summary) } + [
+            postgresTrait, asyncHTTPClientTrait, .default(enabledTraits: []),
+        ]),
+    dependencies: bridges.map { .package(url: $0.url, from: $0.from) } + postgresDependencies
+        + asyncHTTPClientDependencies,
+    targets: postgresTargets + asyncHTTPClientTargets + [
         // The library: no dependencies.
         .target(name: "CoalescingOperations"),
 
@@ -162,6 +166,60 @@ var postgresTargets: [Target] {
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Postgres"])),
                 .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+            ]
+        ),
+    ]
+}
+
+// MARK: - AsyncHTTPClient (issue 40): coalesced requests for servers, behind the trait `AsyncHTTPClient`.
+// With the trait off, the targets below link nothing but the library and CoalescingHTTP.
+
+var asyncHTTPClientProducts: [Product] {
+    [.library(name: "CoalescingAsyncHTTPClient", targets: ["CoalescingAsyncHTTPClient"])]
+}
+
+var asyncHTTPClientTrait: Trait {
+    .trait(
+        name: "AsyncHTTPClient",
+        description: "CoalescingAsyncHTTPClient: coalesced requests for AsyncHTTPClient's HTTPClient.")
+}
+
+/// swift-nio and swift-service-lifecycle come with the Postgres block, and the bridges' packages
+/// with theirs.
+var asyncHTTPClientDependencies: [Package.Dependency] {
+    [
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+    ]
+}
+
+var asyncHTTPClientTargets: [Target] {
+    func ahc(_ name: String, _ package: String, trait: String = "AsyncHTTPClient") -> Target.Dependency {
+        .product(name: name, package: package, condition: .when(traits: [trait]))
+    }
+    return [
+        .target(
+            name: "CoalescingAsyncHTTPClient",
+            dependencies: [
+                "CoalescingHTTP", "CoalescingOperations",
+                ahc("AsyncHTTPClient", "async-http-client"),
+                ahc("NIOCore", "swift-nio"), ahc("NIOHTTP1", "swift-nio"),
+                // AsyncHTTPClient's own dependency: the request's span is a child of the caller's.
+                ahc("Tracing", "swift-distributed-tracing"),
+            ]
+        ),
+        // A real Hummingbird server on loopback; the bridges' modules are empty with their traits off.
+        .testTarget(
+            name: "CoalescingAsyncHTTPClientTests",
+            dependencies: [
+                "CoalescingAsyncHTTPClient", "CoalescingHTTP", "CoalescingOperations", "TestSupport",
+                "CoalescingMetrics", "CoalescingTracing", "CoalescingLogging",
+                ahc("AsyncHTTPClient", "async-http-client"), ahc("Hummingbird", "hummingbird"),
+                ahc("NIOCore", "swift-nio"), ahc("NIOHTTP1", "swift-nio"),
+                ahc("ServiceLifecycle", "swift-service-lifecycle"), ahc("Logging", "swift-log"),
+                ahc("MetricsTestKit", "swift-metrics", trait: "Metrics"),
+                ahc("InMemoryTracing", "swift-distributed-tracing", trait: "Tracing"),
+                ahc("InMemoryLogging", "swift-log", trait: "Logging"),
             ]
         ),
     ]
