@@ -84,7 +84,7 @@ let package = Package(
 
         .executableTarget(
             name: "coalescing-demo",
-            dependencies: ["CoalescingOperations", "Examples", "HTTPStub"]
+            dependencies: ["CoalescingOperations", "CoalescingHTTP", "Examples", "HTTPStub"]
         ),
 
         // Gates, recorders and queues that every test target shares, and the one known

@@ -50,6 +50,19 @@ let package = Package(
             path: "Benchmarks/TaskCoalescing",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
+
+        // Workload 9: CoalescingURLSession against a plain URLSession, both sending to an
+        // in-process URLProtocol stub that answers at once (issue 40).
+        .executableTarget(
+            name: "HTTPCoalescing",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "CoalescingHTTP", package: "CoalescingOperations"),
+                .product(name: "CoalescingOperations", package: "CoalescingOperations"),
+            ],
+            path: "Benchmarks/HTTPCoalescing",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -7,7 +7,7 @@
 
 It runs `swift package benchmark` with `--format influx` (one CSV with the percentiles of every
 metric), takes the medians (p50) of wall-clock time, malloc calls and (for workload 6) bytes left
-allocated per iteration, divides them by the number of callers (or operations) each iteration
+allocated per iteration (and, for workload 9, the mean of the requests sent), divides them by the number of callers (or operations) each iteration
 handles, and sets each figure against the baseline measured in the same run. It ends with issue
 11's targets, each met or missed. Standard library only.
 """
@@ -74,6 +74,16 @@ def rows():
     out.append(("8 Progress, per update", "100 callers asking, 1 callback queue", "Progress/N=100/U=10000/ours-progress", quiet,
                 "the latest wins per caller"))
     out.append(("8 Progress, per update", "100 callers, none asking", quiet, None, "baseline: the work records its latest value"))
+    plain, plain_10 = "HTTP/N=1/plain-urlsession", "HTTP/N=10/plain-urlsession"
+    out.append(("9 HTTP request", "CoalescingURLSession.data(for:), 1 caller", "HTTP/N=1/coalescing", plain,
+                "nothing shared: the added time per caller"))
+    out.append(("9 HTTP request", "InFlightTaskCoalescer over the plain request", "HTTP/N=1/task-coalescer-over-plain", plain,
+                "diagnostic: the coalescer's share of the row above"))
+    out.append(("9 HTTP request", "the request's key and its description alone", "HTTP/N=1/key-alone", plain,
+                "diagnostic: the front-end's share before the coalescer"))
+    out.append(("9 HTTP request", "plain URLSession.data(for:), 1 caller", plain, None, "baseline"))
+    out.append(("9 HTTP request", "10 identical callers, CoalescingURLSession", "HTTP/N=10/coalescing", plain_10, ""))
+    out.append(("9 HTTP request", "10 callers, plain URLSession", plain_10, None, "baseline"))
     return out
 
 
@@ -119,6 +129,9 @@ def medians(path):
                 entry["time"] = float(value)
             elif metric == "Malloc(total)":
                 entry["mallocs"] = float(value)
+            elif metric == "requests":
+                # Workload 9's custom metric: the mean over iterations of the requests the stub answered.
+                entry["requests"] = float(record[11])
             elif metric == "Malloc/freeΔ(bytes)":
                 # `memoryLeakedBytes`: bytes requested from malloc and not freed in the region.
                 entry["bytes"] = float(value)
@@ -182,7 +195,10 @@ def print_table(figures):
             continue
         base_time, base_mallocs, _ = per_unit(figures, baseline) if baseline else (None, None, None)
         unit = divisor(name)
-        per = "caller" if workload.startswith(("1", "2")) else (
+        requests = figures[name].get("requests")
+        if requests is not None and name.startswith("HTTP/N=10/"):
+            note = (note + "; " if note else "") + f"requests per iteration: {requests:g} (mean)"
+        per = "caller" if workload.startswith(("1", "2", "9")) else (
             "enqueue" if workload.startswith("3") else ("operation" if workload.startswith("4") else (
                 "update" if workload.startswith("8") else "waiter")))
         per_text = f"{per} (÷{unit:,})" if unit > 1 else per

@@ -14,6 +14,8 @@ final class Coalescers: @unchecked Sendable {
         self.printsEvents = printsEvents
     }
     private var managers: [OperationQueueManager] = []
+    /// What the events call an identifier, when it has a shorter name than itself.
+    private var names: [String: String] = [:]
     private var servedByOutcome: [WorkOutcome: Int] = [:]
 
     /// A new manager on `queue`, whose statistics and events count towards the summary.
@@ -24,7 +26,8 @@ final class Coalescers: @unchecked Sendable {
             if self?.printsEvents == true, let self {
                 let elapsed = (ContinuousClock.now - self.start).components
                 let milliseconds = elapsed.seconds * 1000 + elapsed.attoseconds / 1_000_000_000_000_000
-                print(String(format: "%6d ms  event  ", milliseconds) + Self.describe(event))
+                let name = { key in self.lock.withLock { self.names[key] } ?? key }
+                print(String(format: "%6d ms  event  ", milliseconds) + Self.describe(event, name: name))
             }
             if case .workEnded(_, _, let outcome, _, let callersServed, _) = event {
                 self?.lock.withLock { self?.servedByOutcome[outcome, default: 0] += callersServed }
@@ -34,17 +37,23 @@ final class Coalescers: @unchecked Sendable {
         return manager
     }
 
-    /// One line for `event`.
-    static func describe(_ event: CoalescingEvent<String>) -> String {
+    /// Names `identifier` in the events printed: an HTTP request's identifier is its whole key,
+    /// and its description (`GET http://… [accept]`) says the same in fewer words.
+    func name(_ identifier: String, _ name: String) {
+        lock.withLock { names[identifier] = name }
+    }
+
+    /// One line for `event`, its key as `name` calls it.
+    static func describe(_ event: CoalescingEvent<String>, name: (String) -> String = { $0 }) -> String {
         switch event {
-        case .workStarted(let key, _): "work started     \(key)"
-        case .callerJoined(let key, _, let callers): "caller joined    \(key) (\(callers) waiting)"
-        case .callerWithdrawn(let key, _, let reason): "caller withdrew  \(key) (\(reason))"
-        case .priorityChanged(let key, _, let priority): "priority changed \(key) (\(priority))"
+        case .workStarted(let key, _): "work started     \(name(key))"
+        case .callerJoined(let key, _, let callers): "caller joined    \(name(key)) (\(callers) waiting)"
+        case .callerWithdrawn(let key, _, let reason): "caller withdrew  \(name(key)) (\(reason))"
+        case .priorityChanged(let key, _, let priority): "priority changed \(name(key)) (\(priority))"
         case .workEnded(let key, _, let outcome, _, let served, let duration):
-            "work ended       \(key): \(outcome), \(served) caller(s) served after \(duration)"
+            "work ended       \(name(key)): \(outcome), \(served) caller(s) served after \(duration)"
         case .workStalled(let key, _, let callers, let elapsed):
-            "work stalled     \(key): \(callers) caller(s) waiting for \(elapsed)"
+            "work stalled     \(name(key)): \(callers) caller(s) waiting for \(elapsed)"
         }
     }
 

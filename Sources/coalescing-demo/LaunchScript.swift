@@ -1,3 +1,4 @@
+import CoalescingHTTP
 import CoalescingOperations
 import Examples
 import Foundation
@@ -21,13 +22,16 @@ final class LaunchScript: Sendable {
     private let timeline: Timeline
     private let tally = Tally()
     private let coalescers: Coalescers
-    /// The embedded server, in-process, which counts every request the session sends; none
+    /// The embedded server, in-process, which counts every request the sessions send; none
     /// when `--base-url` points at a real one.
     private let server: HTTPStub?
     private let baseURL: URL
     /// The user request as the failure lines name it.
     private let userRequest: String
+    /// The user fetch's session.
     private let session: URLSession
+    /// The question requests' session: `CoalescingHTTP`'s, on the same configuration.
+    private let http: CoalescingURLSession
     private let userService: UserService
     /// Where every caller is called back: a queue of our own, never `.main`, which a
     /// command-line program does not service while it waits.
@@ -60,6 +64,7 @@ final class LaunchScript: Sendable {
             baseURL = server.baseURL
         }
         session = URLSession(configuration: configuration)
+        http = CoalescingURLSession(configuration: configuration)
         callbacks.name = "demo callbacks"
         callbacks.maxConcurrentOperationCount = 1
         sharedManager = coalescers.makeManager(queue: workQueue)
@@ -105,7 +110,7 @@ final class LaunchScript: Sendable {
         let prefetch = Task {
             timeline.log("splash screen", "prefetches page 2")
             let result = await Result {
-                try await sharedPrefetcher.prefetch(key: 2) { try await self.questions().questions(page: 2) }
+                try await sharedPrefetcher.prefetch(key: 2) { try await self.questions(page: 2) }
             }
             served("splash screen", request: questionsRequest(page: 2), result.map { _ in "page 2 is stored" })
         }
@@ -154,15 +159,29 @@ final class LaunchScript: Sendable {
         coalescing ? sharedManager : coalescers.makeManager(queue: workQueue)
     }
 
-    private func questions() -> QuestionsDataManager {
+    /// A request for a page of questions through `CoalescingHTTP`; without coalescing, one that
+    /// shares with no other (and each caller has its manager besides).
+    private func questionsOperation(
+        page: Int, completionHandler: (@Sendable (Result<QuestionPage, Error>) -> Void)? = nil
+    ) -> QuestionsRequest {
+        let url = QuestionsRequest.url(page: page, baseURL: baseURL)
         let tally = self.tally
-        return QuestionsDataManager(queueManager: queueManager(), session: session, baseURL: baseURL) { url in
-            tally.requestSent("GET \(url.path)?\(url.query ?? "")")
-        }
+        let operation = QuestionsRequest(
+            url: url, http: http, sharing: coalescing ? .automatic : .never,
+            onSend: { tally.requestSent("GET \(url.path)?\(url.query ?? "")") },
+            callBackQueue: completionHandler == nil ? nil : callbacks,
+            completionHandler: completionHandler)
+        coalescers.name(operation.identifier, operation.key.description)
+        return operation
+    }
+
+    /// A page of questions, for a caller that awaits it.
+    private func questions(page: Int) async throws -> QuestionPage {
+        try await queueManager().value(of: questionsOperation(page: page))
     }
 
     private func questionsRequest(page: Int) -> String {
-        "GET \(questions().url(page: page).absoluteString)"
+        "GET \(QuestionsRequest.url(page: page, baseURL: baseURL).absoluteString)"
     }
 
     private func fetchUser(_ caller: String, group: DispatchGroup) {
@@ -181,12 +200,13 @@ final class LaunchScript: Sendable {
     private func fetchQuestions(_ caller: String, group: DispatchGroup) {
         group.enter()
         let asked = ContinuousClock.now
-        let handle = questions().fetchQuestions(callBackQueue: callbacks) { result in
+        let operation = questionsOperation(page: 1) { result in
             let description = result.map { questionCount($0.items.count) }
             self.served(
                 caller, request: self.questionsRequest(page: 1), description, after: ContinuousClock.now - asked)
             group.leave()
         }
+        let handle = queueManager().enqueue(operation: operation)
         let started = handle.admission != .joinedWork
         if started { tally.startedWork(caller) }
         timeline.log(caller, started ? "starts a request" : "joins the request in flight")
@@ -201,7 +221,7 @@ final class LaunchScript: Sendable {
         let result = await Result {
             try await prefetcher.value(key: 2) {
                 tally.startedWork(caller)
-                return try await self.questions().questions(page: 2)
+                return try await self.questions(page: 2)
             }
         }
         let fromPrefetch = !tally.hasStartedWork(caller)
