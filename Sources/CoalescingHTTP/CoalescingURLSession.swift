@@ -116,12 +116,13 @@ public final class CoalescingURLSession: Sendable {
         ) { [loads, session, maximumBodySize] in
             let reporter = ProgressReporter.current
             let task = session.dataTask(with: request)
-            task.priority = Loads.sessionPriority(Task.currentPriority)
+            let priority = Loads.sessionPriority(Task.currentPriority)
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
-                    loads.start(task, work: reporter.work, limit: maximumBodySize, progress: reporter.report) {
-                        continuation.resume(with: $0)
-                    }
+                    loads.start(
+                        task, work: reporter.work, priority: priority, limit: maximumBodySize,
+                        progress: reporter.report
+                    ) { continuation.resume(with: $0) }
                 }
             } onCancel: {
                 loads.cancel(task)
@@ -198,7 +199,8 @@ struct Loaded: Sendable {
     let response: URLResponse
 }
 
-/// The session's delegate: each data task's transfer, read as it arrives, capped, reported, and
+/// The session's delegate: each data task's transfer, read as it arrives, capped (at its stated
+/// length, or as it passes the limit), reported, and
 /// handed to whoever started it; and each work's data task, for its priority.
 final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     // @unchecked: `transfers` and `priorities` are guarded by `lock`.
@@ -229,10 +231,12 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         }
     }
 
-    /// Sends `task`, reading its body up to `limit` bytes; `completion` hears its outcome once.
-    /// Inside a task already cancelled, sends nothing and fails with `CancellationError`.
+    /// Sends `task` at `priority`, or its work's if that rose already, reading its body up to
+    /// `limit` bytes; `completion` hears its outcome once. Inside a task already cancelled, sends
+    /// nothing and fails with `CancellationError`.
     func start(
-        _ task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
+        _ task: URLSessionDataTask, work: Int?, priority: Float, limit: Int,
+        progress: @escaping @Sendable (WorkProgress) -> Void,
         completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
     ) {
         let sends = lock.withLock {
@@ -241,11 +245,11 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             guard !Task.isCancelled else { return false }
             transfers[task.taskIdentifier] = Transfer(
                 task: task, work: work, limit: limit, progress: progress, completion: completion)
-            // A rise that came before the task keeps its place.
-            if let work {
-                task.priority = max(task.priority, priorities[work] ?? 0)
-                priorities[work] = task.priority
-            }
+            // A rise that came before the task keeps its place. Each access to a task's priority
+            // waits for the session's queue: a task starts at the default, left alone.
+            let raised = max(priority, work.flatMap { priorities[$0] } ?? 0)
+            if let work { priorities[work] = raised }
+            if raised != URLSessionTask.defaultPriority { task.priority = raised }
             return true
         }
         guard sends else { return completion(.failure(CancellationError())) }
@@ -287,26 +291,13 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     // MARK: URLSessionDataDelegate
 
-    func urlSession(
-        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
-    ) {
-        let (report, proceeds) = lock.withLock { () -> ((@Sendable (WorkProgress) -> Void)?, Bool) in
-            guard let transfer = transfers[dataTask.taskIdentifier] else { return (nil, true) }
-            transfer.response = response
-            if response.expectedContentLength > Int64(transfer.limit) {
-                transfer.failure = .bodyTooLarge(url: response.url?.absoluteString ?? "", limit: transfer.limit)
-            }
-            return (transfer.progress, transfer.failure == nil)
-        }
-        report?(WorkProgress(completed: 0, total: response.expectedContentLength))
-        completionHandler(proceeds ? .allow : .cancel)
-    }
-
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         let report = lock.withLock { () -> (() -> Void)? in
             guard let transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
-            guard transfer.body.count + data.count <= transfer.limit else {
+            // Read with the first part rather than in a delegate call of its own, one hop fewer.
+            if transfer.response == nil { transfer.response = dataTask.response }
+            let stated = transfer.response?.expectedContentLength ?? -1
+            guard transfer.body.count + data.count <= transfer.limit, stated <= Int64(transfer.limit) else {
                 transfer.failure = .bodyTooLarge(
                     url: transfer.response?.url?.absoluteString ?? "", limit: transfer.limit)
                 dataTask.cancel()
@@ -326,7 +317,7 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             transfer.completion(.failure(failure))
         } else if let error {
             transfer.completion(.failure(error))
-        } else if let response = transfer.response {
+        } else if let response = transfer.response ?? task.response {
             transfer.completion(.success(Loaded(data: transfer.body, response: response)))
         } else {
             transfer.completion(.failure(URLError(.badServerResponse)))

@@ -79,7 +79,6 @@ open class HTTPRequestOperation<Value: Sendable>: CoalescibleOperation<Value>, @
     /// Sends the request; its outcome, decoded, finishes the operation.
     open override func main() {
         let task = http.session.dataTask(with: request)
-        task.priority = Self.sessionPriority(qualityOfService)
         // Checked under the lock that `cancel()` takes after marking the operation cancelled, so
         // that a cancel racing this start either finds the task or keeps it from being sent.
         let sends = lock.withLock {
@@ -88,7 +87,10 @@ open class HTTPRequestOperation<Value: Sendable>: CoalescibleOperation<Value>, @
             return true
         }
         guard sends else { return }
-        http.loads.start(task, work: nil, limit: http.maximumBodySize, progress: report(progress:)) { [decode] in
+        http.loads.start(
+            task, work: nil, priority: Self.sessionPriority(qualityOfService), limit: http.maximumBodySize,
+            progress: report(progress:)
+        ) { [decode] in
             let result = $0.flatMap { loaded in Result { try decode(loaded.data, loaded.response) } }
             self.finish(result: result)
         }
