@@ -102,7 +102,7 @@ public final class CoalescingHTTPClient: Sendable {
     ///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``; the client's `HTTPClientError` or
     ///   connection error; `CancellationError` if this caller's task was cancelled;
     ///   ``CoalescingError/cancelled`` if the request was cancelled for everyone, through
-    ///   ``cancel(_:)`` or ``cancelAll()``; or ``CoalescingError/timedOut`` if `timeout` passed first.
+    ///   ``cancel(_:sharing:)`` or ``cancelAll()``; or ``CoalescingError/timedOut`` if `timeout` passed first.
     public func execute(
         _ request: HTTPClientRequest, sharing: HTTPSharing = .automatic, timeout: Duration? = nil,
         requestTimeout: TimeAmount = .seconds(30), whenAbandoned: AbandonedWorkPolicy = .cancel,
@@ -113,7 +113,7 @@ public final class CoalescingHTTPClient: Sendable {
         // CoalescingTracing hands over the starting caller's span.
         let context = ServiceContext.current ?? .topLevel
         return try await coalescer.value(
-            key: key, name: key.description, timeout: timeout, whenAbandoned: whenAbandoned, progress: progress
+            key: key, name: key.url, timeout: timeout, whenAbandoned: whenAbandoned, progress: progress
         ) { [client, maximumBodySize] in
             try await ServiceContext.withValue(context) {
                 try await Self.load(request, from: client, timeout: requestTimeout, limit: maximumBodySize)
@@ -167,19 +167,23 @@ public final class CoalescingHTTPClient: Sendable {
     /// Lets the next identical request be sent anew, while the callers already waiting keep
     /// waiting for the one in flight: use it after a write that changes what the request reads.
     ///
-    /// - Parameter request: The request to forget.
+    /// - Parameters:
+    ///   - request: The request to forget.
+    ///   - sharing: As given to ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``.
     /// - Returns: Whether such a request was in flight.
-    @discardableResult public func forget(_ request: HTTPClientRequest) -> Bool {
-        guard let key = try? key(for: request) else { return false }
+    @discardableResult public func forget(_ request: HTTPClientRequest, sharing: HTTPSharing = .automatic) -> Bool {
+        guard let key = try? key(for: request, sharing: sharing) else { return false }
         return coalescer.forget(key: key)
     }
 
     /// Cancels the request in flight for every caller, who throw ``CoalescingError/cancelled``.
     ///
-    /// - Parameter request: The request to cancel.
+    /// - Parameters:
+    ///   - request: The request to cancel.
+    ///   - sharing: As given to ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``.
     /// - Returns: Whether such a request was in flight.
-    @discardableResult public func cancel(_ request: HTTPClientRequest) -> Bool {
-        guard let key = try? key(for: request) else { return false }
+    @discardableResult public func cancel(_ request: HTTPClientRequest, sharing: HTTPSharing = .automatic) -> Bool {
+        guard let key = try? key(for: request, sharing: sharing) else { return false }
         return coalescer.cancel(key: key)
     }
 

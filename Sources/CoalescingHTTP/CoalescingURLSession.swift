@@ -105,7 +105,9 @@ public final class CoalescingURLSession: Sendable {
     ///   whatever their status.
     /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` at once, sending nothing;
     ///   ``HTTPCoalescingError/bodyTooLarge(url:limit:)``; the session's `URLError`;
-    ///   `CancellationError` if this caller's task was cancelled; ``CoalescingError``.
+    ///   `CancellationError` if this caller's task was cancelled; `CoalescingError.cancelled` if the
+    ///   request was cancelled for everyone, through ``cancel(_:sharing:)`` or ``cancelAll()``; or
+    ///   `CoalescingError.timedOut` if `timeout` passed first.
     public func data(
         for request: URLRequest, sharing: HTTPSharing = .automatic, timeout: Duration? = nil,
         whenAbandoned: AbandonedWorkPolicy = .cancel, progress: (@Sendable (WorkProgress) -> Void)? = nil

@@ -317,8 +317,8 @@ final class CoalescingHTTPClientTests: XCTestCase {
         XCTAssertEqual(statistics.workStarted, server.requests("/fast"))
     }
 
-    /// Guarantees 13 and 43: `cancel(_:)` ends the request for every caller, who throw
-    /// `CoalescingError.cancelled`; `forget(_:)` lets the next caller send the request anew
+    /// Guarantees 13 and 43: `cancel(_:sharing:)` ends the request for every caller, who throw
+    /// `CoalescingError.cancelled`; `forget(_:sharing:)` lets the next caller send the request anew
     /// while the callers already waiting keep the one in flight.
     func testCancelAndForget() async throws {
         let http = CoalescingHTTPClient(client: client)
