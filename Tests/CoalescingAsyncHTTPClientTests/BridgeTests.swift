@@ -23,20 +23,7 @@ import Tracing
 // The client's events feed the bridges as a task coalescer's do (Guarantee 22): ten callers of
 // one request are one work in swift-metrics' counters and one record per work in swift-log; its
 // span in AsyncHTTPClient's tracing is a child of the span of the caller that sent it.
-final class BridgeTests: XCTestCase {
-    private var server: TestServer!
-    private var client: HTTPClient!
-
-    override func setUp() async throws {
-        server = try await TestServer.start()
-        client = HTTPClient(eventLoopGroupProvider: .singleton)
-    }
-
-    override func tearDown() async throws {
-        await server.stop()
-        try await client.shutdown()
-    }
-
+final class BridgeTests: ServerTestCase {
     /// Ten callers of one request, held until the nine others joined.
     private func tenCallers(through http: CoalescingHTTPClient) async throws {
         let request = HTTPClientRequest(url: server.url + "/hold")

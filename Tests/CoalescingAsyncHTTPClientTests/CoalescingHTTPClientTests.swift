@@ -11,20 +11,7 @@ import XCTest
 // CoalescingHTTPClient against a real Hummingbird server on loopback, through a real HTTPClient:
 // the key (Guarantee 40), which methods share (41), errors and bad input (42), the per-caller
 // controls (43), and every caller hearing exactly once when callers arrive as requests end (2).
-final class CoalescingHTTPClientTests: XCTestCase {
-    private var server: TestServer!
-    private var client: HTTPClient!
-
-    override func setUp() async throws {
-        server = try await TestServer.start()
-        client = HTTPClient(eventLoopGroupProvider: .singleton)
-    }
-
-    override func tearDown() async throws {
-        await server.stop()
-        try await client.shutdown()
-    }
-
+final class CoalescingHTTPClientTests: ServerTestCase {
     private func request(_ route: String, method: HTTPMethod = .GET, headers: [(String, String)] = [])
         -> HTTPClientRequest
     {

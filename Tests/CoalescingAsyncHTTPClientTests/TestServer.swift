@@ -1,10 +1,12 @@
 #if AsyncHTTPClient
+import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import Logging
 import NIOCore
 import ServiceLifecycle
 import TestSupport
+import XCTest
 
 /// A Hummingbird server on 127.0.0.1 that counts the requests of each route, and holds its answers
 /// at gates the test opens: the tests synchronise on what it counts and on the coalescer's
@@ -134,6 +136,21 @@ final class TestServer: Sendable {
         }
         router.get("fast") { [self] _, _ in "fast \(count("/fast"))" }
         return router
+    }
+}
+/// A test case with its own server on loopback and its own client, made anew for each test.
+class ServerTestCase: XCTestCase {
+    var server: TestServer!
+    var client: HTTPClient!
+
+    override func setUp() async throws {
+        server = try await TestServer.start()
+        client = HTTPClient(eventLoopGroupProvider: .singleton)
+    }
+
+    override func tearDown() async throws {
+        await server.stop()
+        try await client.shutdown()
     }
 }
 #endif

@@ -41,6 +41,16 @@ final class CoalescingURLSessionTests: XCTestCase {
             configuration: configuration, keying: keying, maximumBodySize: maximumBodySize, observer: observer)
     }
 
+    /// Starts `count` callers of `request` while the stub holds its answers; returns once all wait.
+    private func heldCallers(_ count: Int, _ request: URLRequest, through http: CoalescingURLSession) async
+        -> [Task<(Data, URLResponse), Error>]
+    {
+        stub.holdResponses()
+        let callers = (0..<count).map { _ in Task { try await http.data(for: request) } }
+        await waitUntil("\(count) callers wait") { http.statistics.callersWaiting == count }
+        return callers
+    }
+
     private func expectRequests(_ count: Int, file: StaticString = #filePath, line: UInt = #line) async {
         let arrived = await stub.waitForRequests(count, timeout: .seconds(10))
         XCTAssertTrue(arrived, "\(count) requests did not arrive", file: file, line: line)
@@ -53,9 +63,7 @@ final class CoalescingURLSessionTests: XCTestCase {
     func testAHundredConcurrentIdenticalGetsSendOneRequest() async throws {
         let stub = self.stub!
         let http = makeSession()
-        stub.holdResponses()
-        let callers = (0..<100).map { _ in Task { try await http.data(for: makeRequest(stub, "/me")) } }
-        await waitUntil("a hundred callers wait") { http.statistics.callersWaiting == 100 }
+        let callers = await heldCallers(100, makeRequest(stub, "/me"), through: http)
         stub.releaseResponses()
         for caller in callers {
             let (data, response) = try await caller.value
@@ -216,9 +224,7 @@ final class CoalescingURLSessionTests: XCTestCase {
         let stub = self.stub!
         let http = makeSession()
         for (path, code) in [("/missing", 404), ("/broken", 500)] {
-            stub.holdResponses()
-            let callers = (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, path)) } }
-            await waitUntil("three callers wait") { http.statistics.callersWaiting == 3 }
+            let callers = await heldCallers(3, makeRequest(stub, path), through: http)
             stub.releaseResponses()
             for caller in callers {
                 let response = try await caller.value.1
@@ -232,9 +238,7 @@ final class CoalescingURLSessionTests: XCTestCase {
     func testATransportErrorReachesEveryCaller() async throws {
         let stub = self.stub!
         let http = makeSession()
-        stub.holdResponses()
-        let callers = (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, "/me")) } }
-        await waitUntil("three callers wait") { http.statistics.callersWaiting == 3 }
+        let callers = await heldCallers(3, makeRequest(stub, "/me"), through: http)
         await expectRequests(1)
         stub.stop()
         for caller in callers {
@@ -253,9 +257,7 @@ final class CoalescingURLSessionTests: XCTestCase {
         let stub = self.stub!
         let http = makeSession(maximumBodySize: 100)
         for path in ["/large", "/large-stated"] {
-            stub.holdResponses()
-            let callers = (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, path)) } }
-            await waitUntil("three callers wait") { http.statistics.callersWaiting == 3 }
+            let callers = await heldCallers(3, makeRequest(stub, path), through: http)
             stub.releaseResponses()
             for caller in callers {
                 do {
@@ -332,9 +334,7 @@ final class CoalescingURLSessionTests: XCTestCase {
     func testCancelStopsTheRequestForEveryCaller() async throws {
         let stub = self.stub!
         let http = makeSession()
-        stub.holdResponses()
-        let callers = (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, "/me")) } }
-        await waitUntil("three callers wait") { http.statistics.callersWaiting == 3 }
+        let callers = await heldCallers(3, makeRequest(stub, "/me"), through: http)
         await expectRequests(1)
         XCTAssertTrue(http.cancel(makeRequest(stub, "/me")))
         for caller in callers { await XCTAssertThrowsCoalescingError(.cancelled, try await caller.value) }
