@@ -84,12 +84,23 @@ final class StallTests: XCTestCase {
         if let stalled {
             XCTAssertEqual(kill(stalled, SIGSTOP), 0, "SIGSTOP \(stalled): errno \(errno)", file: file, line: line)
             let paused = ContinuousClock.now
-            // Holding the stop is the scenario itself, not a wait for something to happen; halfway,
-            // a look at who holds and who waits for the lock that serialises notifying commits.
-            try? await Task.sleep(for: Self.pause / 2)
-            notifyLock = (try? await fleet.notifyLock(sessions: before, stalled: stalled)) ?? "unknown"
+            // Halfway, a look at who holds and who waits for the lock that serialises notifying
+            // commits. It runs beside the stop and never holds it up: a backend stopped inside
+            // PostgreSQL's lock manager keeps the look's own connection waiting until it resumes,
+            // and a look awaited before the SIGCONT once stretched a 1.5 s stop to the look's
+            // 10 s connect timeout, a real outage for every process.
+            let halfway = paused + Self.pause / 2
+            let look = Task { [before] in
+                try? await Task.sleep(until: halfway)
+                let answer = (try? await ContinuousFleet.notifyLock(sessions: before, stalled: stalled)) ?? "unknown"
+                return (answer, ContinuousClock.now)
+            }
+            // Holding the stop is the scenario itself, not a wait for something to happen.
             try? await Task.sleep(until: paused + Self.pause)
             XCTAssertEqual(kill(stalled, SIGCONT), 0, "SIGCONT \(stalled): errno \(errno)", file: file, line: line)
+            let resumed = ContinuousClock.now
+            let (answer, answeredAt) = await look.value
+            notifyLock = answeredAt <= resumed ? answer : "no answer until the stop ended, then \(answer)"
         }
         try await Task.sleep(for: hold)
         let after = try await fleet.currentSessions()
@@ -238,7 +249,7 @@ final class ContinuousFleet {
     /// Who holds and who waits for the lock PostgreSQL takes to commit a transaction that
     /// notified (an object lock on `pg_database`, database 0): the session backends by their
     /// probe's index, and whether the holder is the stopped one.
-    func notifyLock(sessions: [Int32], stalled: Int32) async throws -> String {
+    static func notifyLock(sessions: [Int32], stalled: Int32) async throws -> String {
         let rows = try await Database.withConnection { connection in
             var rows: [(Int, Bool)] = []
             let query: PostgresQuery = """
