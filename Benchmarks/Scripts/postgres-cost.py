@@ -457,7 +457,7 @@ def fleet_hot(probe, url, psql, server, size, seconds):
                 heard.append((int(words[1]), int(words[2]), words[3]))
     counted = [entry for entry in heard if entry[0] >= PAIRS_SKIPPED]
     runs = sum(len(times) for pair, times in ends.items() if pair >= PAIRS_SKIPPED)
-    # A key run twice has no single end to time a joiner from: left out, and counted.
+    # A key run twice has no single end to time a joiner from: left out (runs per key says how often).
     joined = sorted((at - ends[pair][0]) / 1e6 for pair, at, role in counted
                     if role == "joined" and len(ends.get(pair, [])) == 1)
     cpu = cpu_seconds(begin, end)
@@ -527,6 +527,7 @@ def main():
         for label, row in measured:
             row["ratio"] = row["µs/value"] / baseline
             record(label, row)
+    psql(f"DROP SEQUENCE {CHANNEL}_seq")
 
     labels = ["floor, nobody listening"] + [f"floor, {size} sessions listening" for size in sizes] + [
         f"fleet, {size} processes, unique keys" for size in sizes] + [f"fleet, {size} processes, hot keys"
