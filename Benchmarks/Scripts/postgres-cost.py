@@ -497,11 +497,12 @@ def main():
     psql.per_call = round(statistics.median(b - a for a, b in zip(readings, readings[1:])))
     idle = server.sample()
     time.sleep(2)
-    background = cpu_seconds(idle, server.sample()) * 1e6 / (time.monotonic() - idle["monotonic"])
+    background = cpu_seconds(idle, server.sample()) * 1000
     print(f"postgres-cost: loopback PostgreSQL {psql('SHOW server_version')}, {server.found}, {os.cpu_count()} cores, "
           f"synchronous_commit {psql('SHOW synchronous_commit')}; {RATE} values/s for {seconds} s per figure, "
-          f"{rounds} round(s), sizes {', '.join(map(str, sizes))}; the server idle uses {background:,.0f} µs of CPU "
-          f"per second (read in clock ticks of {1e6 / TICKS:,.0f} µs); commits per psql call {psql.per_call}; load averages at start {load_average()}")
+          f"{rounds} round(s), sizes {', '.join(map(str, sizes))}; the server idle used {background:,.0f} ms of CPU "
+          f"in 2 s (read in clock ticks of {1000 / TICKS:,.0f} ms); commits per psql call {psql.per_call}; "
+          f"load averages at start {load_average()}")
 
     rows = {}
 
