@@ -9,17 +9,20 @@ import PostgresNIO
 ///
 /// The protocol, all of it PostgreSQL's own:
 /// 1. The step registers with the ``Session`` when its first caller arrives: from then on, every
-///    result and release of its key that the channel carries reaches it.
-/// 2. It asks for the key's advisory lock without waiting, on the session. A step that gets it, and
-///    has heard no result since it arrived, runs the work.
-/// 3. The leader publishes the result and its notification in one statement: the database delivers
-///    the notification when the row is committed, to every process at once. Then it releases the
-///    lock and says so on the channel, so that a step that arrived after the result was committed
-///    knows it must run the work itself.
+///    result and release of its key that the session hears reaches it.
+/// 2. It asks for the key's advisory lock without waiting, on the session, after taking the key's
+///    watch (a shared advisory lock): from then on, a leader in any process knows that this
+///    process waits. A step that gets the lock, and has heard no result since it arrived, runs
+///    the work.
+/// 3. The leader ends its run in one statement when nobody waits: its lock goes, and nobody is
+///    told. When a process waits, its result goes out in a notification, which the database
+///    delivers when the statement commits; then the lock goes, and the waiting processes are told.
 /// 4. A step that did not get the lock waits for its key's news: a result (read by the full key, on
-///    a pooled connection), a release without one (it asks again, and takes over), or a tick of
-///    ``PostgresCoalescerConfiguration/takeOverInterval`` (a leader that died says nothing; its
-///    session's end released its lock).
+///    a pooled connection, unless it travelled in the notification), a release without one (it
+///    asks again, and takes over), or a tick of ``PostgresCoalescerConfiguration/takeOverInterval``
+///    (a leader that died says nothing; its session's end released its lock).
+///
+/// The decisions are a ``StepStateMachine``'s; this carries them out.
 struct DatabaseStep: Sendable {
     let configuration: PostgresCoalescerConfiguration
     let session: Session
@@ -63,58 +66,47 @@ struct DatabaseStep: Sendable {
         case lead(LockAnswer, tookOver: Bool)
     }
 
-    /// Registers the step, then asks for the lock and waits for news until it has a value or the lock.
+    /// Registers the step, then asks for the lock and waits for news until it has a value or the
+    /// lock: the step's machine decides, this carries out.
     private func find<Value: Decodable>(key: String, lock: Int64, freshOnly: Bool) async throws -> Found<Value> {
-        let arrived = ContinuousClock.now
+        let arrived = session.clock.now()
         let registration = session.register(lock)
         defer { session.unregister(registration) }
         var wakes = registration.wakes.makeAsyncIterator()
-        var after: Int64?
-        var attempted: UInt64?
-        var mustAsk = true
+        var machine = StepStateMachine(freshOnly: freshOnly)
         while true {
-            let news = session.news(for: registration)
-            if let result = news.result, freshOnly ? (after.map { result.started > $0 } ?? false) : true {
-                if let inline = result.inline, inline.key == Publication.hex(key) {
-                    return .served(try decoded(Data(inline.json.utf8), key: key, since: arrived))
-                }
-                if let value: Value = try await served(
-                    key: key, result: result, after: freshOnly ? after : nil, since: arrived)
-                {
+            switch machine.look(session.news(for: registration)) {
+            case .take(let result):
+                let after = machine.freshOnly ? machine.after : nil
+                if let value: Value = try await taken(result, key: key, after: after, since: arrived) {
                     return .served(value)
                 }
                 session.discardResult(of: registration)
-                mustAsk = true
-            }
-            if let release = news.release, let attempted, release.position > attempted { mustAsk = true }
-            if mustAsk {
-                let answer = try await session.tryLock(lock, key: key)
-                if after == nil { after = answer.sequence }
-                let heard = session.news(for: registration)
-                let freshResult = heard.result.map { freshOnly ? $0.started > answer.sequence : true } ?? false
-                if answer.acquired, !freshResult {
-                    // A take-over replaces a run that ended without a result: this step found the
-                    // lock held (or heard its run given up) and now has it, with no result since.
-                    // Only a release heard since the step last asked can say that run published;
-                    // an older one (the run before, or a step's release after a result it heard)
-                    // says nothing about the run the step was denied by.
-                    let releasedSince = heard.release.flatMap { $0.position > (attempted ?? 0) ? $0 : nil }
-                    let tookOver =
-                        (attempted != nil || releasedSince?.published == false) && releasedSince?.published != true
-                    return .lead(answer, tookOver: tookOver)
+                machine.resultGone()
+            case .ask(let first):
+                let answer = try await session.tryLock(lock, key: key, first: first)
+                switch machine.answered(answer, news: session.news(for: registration)) {
+                case .lead(let tookOver): return .lead(answer, tookOver: tookOver)
+                case .giveBack: session.unlock(lock, .published, generation: answer.generation)
+                case .waiting: recorder.record(.waitingForAnotherProcess(key: key)) { _ in }
+                case .look: break
                 }
-                if answer.acquired { session.unlock(lock, .published, generation: answer.generation) }
-                if attempted == nil, !freshResult { recorder.record(.waitingForAnotherProcess(key: key)) { _ in } }
-                attempted = answer.position
-                mustAsk = false
-                if freshResult { continue }
-            }
-            switch await wakes.next() {
-            case .news?: break
-            case .tick?, .lost?: mustAsk = true
-            case nil: throw CancellationError()
+            case .wait:
+                guard let wake = await wakes.next() else { throw CancellationError() }
+                machine.woke(wake)
             }
         }
+    }
+
+    /// The value of a result heard: from its notification when it carries this key's value, else
+    /// read from the table; nil when the result is not this key's, or no longer there.
+    private func taken<Value: Decodable>(
+        _ result: Heard, key: String, after: Int64?, since arrived: Duration
+    ) async throws -> Value? {
+        if let inline = result.inline, inline.key == ChannelMessage.hex(key) {
+            return try decoded(Data(inline.json.utf8), key: key, since: arrived)
+        }
+        return try await served(key: key, result: result, after: after, since: arrived)
     }
 
     // MARK: - Leading
@@ -163,7 +155,7 @@ struct DatabaseStep: Sendable {
     /// before `after`.
     private func served<Value: Decodable>(
         key: String, result: Heard, after: Int64?,
-        since arrived: ContinuousClock.Instant
+        since arrived: Duration
     ) async throws -> Value? {
         let keyBytes = Data(key.utf8)
         let table = configuration.table
@@ -198,12 +190,12 @@ struct DatabaseStep: Sendable {
         throw failure
     }
 
-    private func decoded<Value: Decodable>(_ data: Data, key: String, since arrived: ContinuousClock.Instant) throws
+    private func decoded<Value: Decodable>(_ data: Data, key: String, since arrived: Duration) throws
         -> Value
     {
         do {
             let value = try JSONDecoder().decode(Value.self, from: data)
-            recorder.record(.servedFromAnotherProcess(key: key, waited: .now - arrived)) {
+            recorder.record(.servedFromAnotherProcess(key: key, waited: session.clock.now() - arrived)) {
                 $0.servedFromAnotherProcess += 1
             }
             return value
@@ -283,32 +275,12 @@ struct Publication: Sendable, Hashable {
         failureKind = failure.kind
         // `text` holds no NUL; an error's description may.
         self.failure = failure.message.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}")
-        let hex = Self.hex(key)
+        let hex = ChannelMessage.hex(key)
         if let value, hex.utf8.count + value.count < Self.inlineLimit, let json = String(data: value, encoding: .utf8) {
             inline = " \(hex) \(json)"
         } else {
             inline = ""
         }
-    }
-
-    /// The notification: `<lock> <sequence> <started>`, then ` <key in hex> <value as JSON>` when the
-    /// value travels in it. A result in the table is numbered by its row; one that travels, by its
-    /// run's start, which orders it after every earlier result of its lock as well, since the runs
-    /// of a lock never overlap and a run starts after the last one's row was written.
-    var payload: String {
-        "\(lock) \(sequence == 0 ? started : sequence) \(started)\(inline)"
-    }
-
-    /// A key's bytes in hex: how a notification names the key of the value it carries.
-    static func hex(_ key: String) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(key.utf8.count * 2)
-        for byte in key.utf8 {
-            bytes.append(digits[Int(byte >> 4)])
-            bytes.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }
 #endif

@@ -13,13 +13,14 @@ import PostgresNIO
 /// answers, the wakes. It reads the clock before taking the lock and passes the time in.
 ///
 /// Steps never open a connection to wait. A step registers at its arrival (``register(_:)``), and
-/// from then on every notification about its key reaches it, in the order the database committed
-/// them; `position` counts the notifications heard, so that a step tells what came after it
-/// arrived. Its lock requests go out together, one statement for all of them, followed by a
-/// barrier: once the barrier answers, every notification committed before the locks were granted
-/// has been heard: PostgreSQL sends a session's notifications before it reports the session ready
-/// for its next statement, and PostgresNIO hands each one to the listener on the connection's event
-/// loop as it reads it, before the next statement's answer.
+/// from then on every notification about its key that reaches the session reaches it, in the
+/// order the database committed them; `position` counts the notifications heard, so that a step
+/// tells what came after it arrived. Its lock requests go out together, one statement for all of
+/// them, each taking its key's watch first, so that a leader elsewhere tells this process its
+/// result. A step that asks again (a take-over check, a release heard) is answered only after a
+/// barrier, the next statement: its grant may follow a result committed just before it, whose
+/// notification PostgreSQL sends before it reports the session ready, but which PostgresNIO may
+/// hand to the listener after the statement's answer.
 ///
 /// Lock order: `machine` is the only lock here but `attempt`'s, taken after it or alone, and nothing
 /// is called while it is held but `AsyncStream.Continuation.yield`, which takes no lock of ours.
@@ -62,11 +63,6 @@ final class Session: Sendable {
         let wakes: AsyncStream<Wake>
     }
 
-    /// Why a waiting step should look again.
-    enum Wake: Sendable {
-        case news, tick, lost
-    }
-
     func register(_ lock: Int64) -> Registration {
         let (wakes, wake) = AsyncStream.makeStream(of: Wake.self, bufferingPolicy: .bufferingNewest(1))
         let id = machine.withLockedValue { $0.register(lock, waker: wake) }
@@ -74,8 +70,11 @@ final class Session: Sendable {
     }
 
     func unregister(_ registration: Registration) {
-        let waker = machine.withLockedValue { $0.unregister(registration.lock, id: registration.id) }
-        waker?.finish()
+        switch machine.withLockedValue({ $0.unregister(registration.lock, id: registration.id) }) {
+        case .finish(let waker, let unwatch):
+            waker?.finish()
+            if unwatch { kick.yield() }
+        }
     }
 
     func news(for registration: Registration) -> News {
@@ -90,8 +89,8 @@ final class Session: Sendable {
     /// Whether the session listens and may take lock requests: a readiness probe's question.
     var isReady: Bool { machine.withLockedValue(\.isReady) }
 
-    /// Asks for the key's lock without waiting for it; answers once the notifications committed
-    /// before the answer have been heard. The request waits for a session when there is none, and
+    /// Asks for the key's lock without waiting for it, after taking the key's watch; a step that
+    /// asked before is answered once the notifications committed before the answer have been heard. The request waits for a session when there is none, and
     /// is asked again on the next one when its session is lost, all within its one deadline
     /// (``PostgresCoalescerConfiguration/silentSessionTimeout`` and
     /// ``PostgresCoalescerConfiguration/connectTimeout``).
@@ -99,12 +98,13 @@ final class Session: Sendable {
     /// - Parameters:
     ///   - lock: The key's lock.
     ///   - key: The key, for the event that says a lock was lost.
+    ///   - first: Whether the step asks for the first time.
     /// - Returns: Whether the lock was granted, with the sequence value taken beside it.
     /// - Throws: ``CoalescingPostgresError/databaseUnavailable(_:)`` while no session can be had
     ///   within the configured time, or when the coalescer stops, or when the deadline passes;
     ///   `CancellationError` if the step is cancelled first. A lock granted to a request answered
     ///   meanwhile is released for the others.
-    func tryLock(_ lock: Int64, key: String) async throws -> LockAnswer {
+    func tryLock(_ lock: Int64, key: String, first: Bool) async throws -> LockAnswer {
         let id = machine.withLockedValue { $0.reserveID() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<LockAnswer, any Error>) in
@@ -112,7 +112,7 @@ final class Session: Sendable {
                 let requested = machine.withLockedValue { machine -> Machine.Requested? in
                     // A cancellation that came before the request was queued found nothing to give up.
                     guard !Task.isCancelled else { return nil }
-                    return machine.request(id, lock: lock, key: key, answerer: continuation, now: now)
+                    return machine.request(id, lock: lock, key: key, first: first, answerer: continuation, now: now)
                 }
                 switch requested {
                 case nil: continuation.resume(throwing: CancellationError())
@@ -126,9 +126,9 @@ final class Session: Sendable {
         }
     }
 
-    /// Publishes a leader's result with its notification, then releases its lock, in one turn of
-    /// the session with the other leaders' results. A publication whose session was lost is still
-    /// published, by the next session; its lock went with the old one.
+    /// Ends a leader's run, in one turn of the session with the other leaders' results: announces
+    /// its result to the processes waiting for it, if any, then releases its lock. A publication
+    /// whose session was lost is still announced, by the next session; its lock went with the old one.
     func publishAndRelease(_ publication: Publication) {
         switch machine.withLockedValue({ $0.publish(publication) }) {
         case .queued: kick.yield()
@@ -216,23 +216,27 @@ final class Session: Sendable {
         // PostgresNIO sends its own LISTEN without saying when it took effect; this one returns
         // once the session listens, so that no step counts on a notification not yet heard.
         try await connection.perform("LISTEN \(unescaped: quoted(configuration.table))", logger: logger)
-        connection.closeFuture.whenComplete { [weak self] _ in
-            self?.end(generation, .databaseUnavailable("the session's connection closed"))
-        }
         let now = clock.now()
         switch machine.withLockedValue({ $0.connected(generation, connection: connection, now: now) }) {
         case .leave:
             return await leave(connection)
+        case .ended:
+            throw CoalescingPostgresError.databaseUnavailable("the session's connection closed")
         case .ready(let answeredAgain):
             if answeredAgain { recorder.databaseAnswered() }
+        }
+        // Only once the machine knows the session, as postgres-nio's pool orders it: a close
+        // reported now ends a session it knows, and one that came first is reported at once.
+        connection.closeFuture.whenComplete { [weak self] _ in
+            self?.end(generation, .databaseUnavailable("the session's connection closed"))
         }
         var kicked = kicks.makeAsyncIterator()
         do {
             while true {
                 let now = clock.now()
                 switch machine.withLockedValue({ $0.nextStatement(generation, now: now) }) {
-                case .publish(let publications): try await publish(publications, generation, on: connection)
-                case .ask(let locks): try await ask(locks, generation, on: connection)
+                case .finish(let finishes): try await finish(finishes, generation, on: connection)
+                case .ask(let asked): try await ask(asked, generation, on: connection)
                 case .release(let unlocks): try await release(unlocks, generation, on: connection)
                 case .wait: _ = await kicked.next()
                 case .leave: return await leave(connection)
@@ -245,69 +249,106 @@ final class Session: Sendable {
         }
     }
 
-    /// The results of a turn, each announced by its notification: a value small enough travels in
-    /// it, and a larger one was written to the table on a pooled connection and is named by its row.
-    private func publish(_ publications: [Publication], _ generation: Int, on connection: PostgresConnection)
+    /// The runs that ended in a turn. A result is announced only where a step waits for it: in
+    /// another process (which holds the key's watch) or in this one. Otherwise nobody is told, and
+    /// the lock goes in the same statement, while the watch is held exclusively, so that a step
+    /// that takes the watch meanwhile finds the lock free. A value small enough travels in its
+    /// notification; a larger one was written to the table on a pooled connection.
+    private func finish(_ finishes: [Machine.Finish], _ generation: Int, on connection: PostgresConnection)
         async throws
     {
+        let watches = finishes.map { LockKey.watch($0.publication.lock) }
+        var ended: [Bool] = []
         do {
-            // One result alone, the usual case but under load, in a statement that plans faster.
-            if publications.count == 1 {
-                try await connection.perform(
-                    "SELECT pg_notify(\(configuration.table), \(publications[0].payload))", logger: recorder.logger)
-            } else {
-                try await connection.perform(
-                    "SELECT pg_notify(\(configuration.table), p) FROM unnest(\(publications.map(\.payload))::text[]) AS p",
-                    logger: recorder.logger)
-            }
+            let rows = try await connection.rows(
+                """
+                SELECT f.ended, CASE WHEN NOT f.ended THEN pg_notify(\(configuration.table), f.payload) IS NULL END,
+                    CASE WHEN f.unwatch THEN pg_advisory_unlock_shared(f.a, f.b) END
+                FROM (
+                    SELECT p.n, p.payload, p.a, p.b, p.unwatch,
+                        CASE WHEN p.tell THEN false
+                            WHEN NOT pg_try_advisory_lock(p.a, p.b) THEN false
+                            WHEN p.held THEN
+                                CASE WHEN pg_advisory_unlock(p.k) THEN pg_advisory_unlock(p.a, p.b)
+                                    ELSE pg_advisory_unlock(p.a, p.b) END
+                            ELSE pg_advisory_unlock(p.a, p.b) END AS ended
+                    FROM unnest(
+                        \(finishes.map(\.publication.lock))::bigint[], \(watches.map(\.0))::int4[],
+                        \(watches.map(\.1))::int4[], \(finishes.map(\.holdsLock))::bool[],
+                        \(finishes.map(\.mustTell))::bool[], \(finishes.map(\.unwatch))::bool[],
+                        \(finishes.map { ChannelMessage.announcing($0.publication) })::text[]
+                    ) WITH ORDINALITY AS p(k, a, b, held, tell, unwatch, payload, n)
+                    OFFSET 0
+                ) AS f
+                ORDER BY f.n
+                """, logger: recorder.logger)
+            for row in rows { ended.append(try row.decode((Bool, Bool?, Bool?).self).0) }
         } catch {
             try failed(generation, error)
             return
         }
-        answered(generation, grants: [])
+        answered(generation, .finished(ended: ended))
     }
 
-    private func ask(_ locks: [Int64], _ generation: Int, on connection: PostgresConnection) async throws {
+    /// The lock requests of a turn, each after its key's watch unless the session holds it:
+    /// granted, held, or busy (another session's leader is releasing it) in order.
+    private func ask(_ asked: [Machine.Asked], _ generation: Int, on connection: PostgresConnection) async throws {
         let sequence = quoted(configuration.table + "_seq")
+        let watches = asked.map { LockKey.watch($0.lock) }
         var grants: [Machine.Grant] = []
         do {
-            // One request alone, the usual case but under load, in a statement that plans faster.
-            let rows =
-                if locks.count == 1 {
-                    try await connection.rows(
-                        "SELECT pg_try_advisory_lock(\(locks[0])), nextval(\(sequence)::regclass)",
-                        logger: recorder.logger)
-                } else {
-                    try await connection.rows(
-                        """
-                        SELECT pg_try_advisory_lock(l.id), nextval(\(sequence)::regclass)
-                        FROM unnest(\(locks)::bigint[]) WITH ORDINALITY AS l(id, n) ORDER BY l.n
-                        """, logger: recorder.logger)
-                }
+            let rows = try await connection.rows(
+                """
+                SELECT CASE WHEN NOT l.watch THEN pg_try_advisory_lock(l.k)
+                        WHEN pg_try_advisory_lock_shared(l.a, l.b) THEN pg_try_advisory_lock(l.k) END,
+                    nextval(\(sequence)::regclass)
+                FROM unnest(
+                    \(asked.map(\.lock))::bigint[], \(asked.map(\.watch))::bool[], \(watches.map(\.0))::int4[],
+                    \(watches.map(\.1))::int4[]
+                ) WITH ORDINALITY AS l(k, watch, a, b, n) ORDER BY l.n
+                """, logger: recorder.logger)
             for row in rows {
-                let (granted, sequence) = try row.decode((Bool, Int64).self)
-                grants.append(Machine.Grant(granted: granted, sequence: sequence))
+                let (granted, sequence) = try row.decode((Bool?, Int64).self)
+                let lock: Machine.Grant.Lock = granted.map { $0 ? .granted : .held } ?? .busy
+                grants.append(Machine.Grant(lock: lock, sequence: sequence))
             }
         } catch {
             try failed(generation, error)
             return
         }
-        answered(generation, grants: grants)
+        answered(generation, .asked(grants))
     }
 
-    /// The releases, in a statement that is also the barrier the lock answers wait for, and the
-    /// keep-alive. Any failure ends the session: the locks it holds are then not known.
+    /// The releases, in a statement that is also the barrier the grants wait for, and the
+    /// keep-alive. A release is told only to a process that waits (holds the key's watch), checked
+    /// after the lock is free. Any failure ends the session: the locks it holds are then not known.
     private func release(_ unlocks: [Machine.Unlock], _ generation: Int, on connection: PostgresConnection)
         async throws
     {
-        let told = unlocks.map { $0.release == .silent ? "" : $0.release.rawValue }
+        let watches = unlocks.map { LockKey.watch($0.lock) }
+        let told = unlocks.map { unlock in
+            guard let release = unlock.release, release != .silent else { return "" }
+            return ChannelMessage.releasing(unlock.lock, release)
+        }
         try await connection.perform(
             """
-            SELECT pg_advisory_unlock(u.id),
-                CASE WHEN u.how <> '' THEN pg_notify(\(configuration.table), u.id::text || ' released ' || u.how) END
-            FROM unnest(\(unlocks.map(\.lock))::bigint[], \(told)::text[]) AS u(id, how)
+            SELECT CASE WHEN r.told THEN pg_notify(\(configuration.table), r.payload) IS NULL END,
+                CASE WHEN r.unwatch THEN pg_advisory_unlock_shared(r.a, r.b) END
+            FROM (
+                SELECT u.a, u.b, u.unwatch, u.payload,
+                    CASE WHEN u.unlock THEN pg_advisory_unlock(u.k) END AS unlocked,
+                    CASE WHEN u.payload = '' THEN false
+                        WHEN pg_try_advisory_lock(u.a, u.b) THEN NOT pg_advisory_unlock(u.a, u.b)
+                        ELSE true END AS told
+                FROM unnest(
+                    \(unlocks.map(\.lock))::bigint[], \(unlocks.map { $0.release != nil })::bool[],
+                    \(watches.map(\.0))::int4[], \(watches.map(\.1))::int4[], \(unlocks.map(\.unwatch))::bool[],
+                    \(told)::text[]
+                ) AS u(k, unlock, a, b, unwatch, payload)
+                OFFSET 0
+            ) AS r
             """, logger: recorder.logger)
-        answered(generation, grants: [])
+        answered(generation, .released)
     }
 
     /// Releases every lock, stops listening and resets the session, so that the connection goes
@@ -327,9 +368,9 @@ final class Session: Sendable {
         }
     }
 
-    private func answered(_ generation: Int, grants: [Machine.Grant]) {
+    private func answered(_ generation: Int, _ reply: Machine.Reply) {
         let now = clock.now()
-        carryOut(machine.withLockedValue { $0.answered(generation, grants: grants, now: now) })
+        carryOut(machine.withLockedValue { $0.answered(generation, reply, now: now) })
     }
 
     /// A statement that failed: an outage ends the session (rethrown); an error of the database
@@ -373,20 +414,9 @@ final class Session: Sendable {
         return ended.next
     }
 
-    /// One notification of the channel: `<lock> <sequence> <started>[ <key in hex> <json>]` for a
-    /// published result, `<lock> released <how>` for a released lock.
+    /// One notification of the channel.
     private func heard(_ payload: String, generation: Int) {
-        let words = payload.split(separator: " ", maxSplits: 4, omittingEmptySubsequences: false)
-        var notification = Machine.Notification.other
-        if words.count >= 3, let lock = Int64(words[0]) {
-            if words[1] == "released" {
-                notification = .released(lock: lock, published: words[2] == Release.published.rawValue)
-            } else if let sequence = Int64(words[1]), let started = Int64(words[2]) {
-                let inline = words.count == 5 ? Heard.Inline(key: words[3], json: words[4]) : nil
-                notification = .result(lock: lock, sequence: sequence, started: started, inline: inline)
-            }
-        }
-        let wakers = machine.withLockedValue { $0.heard(notification, generation: generation) }
+        let wakers = machine.withLockedValue { $0.heard(ChannelMessage(payload), generation: generation) }
         for waker in wakers { waker.yield(.news) }
     }
 

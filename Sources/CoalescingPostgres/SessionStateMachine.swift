@@ -13,6 +13,14 @@
 /// for the next session, within their own deadlines; only a database that gives no session within
 /// ``Settings/connectTimeout`` is unavailable. A statement is slow, not lost, until
 /// ``Settings/silenceTimeout``.
+///
+/// Who is told what: a step that asks for a key's lock also takes the key's *watch*, a shared
+/// advisory lock (``LockKey/watch``), and its session keeps it while a step of the process waits
+/// for the key. A leader's result is announced only when another session holds the watch, or a
+/// step of its own process waits; otherwise its lock is released in the same statement, and no
+/// process hears of a value nobody waits for. The order makes this safe: a step takes the watch
+/// before it tries the lock, and a leader releases the lock while it holds the watch exclusively,
+/// so a step is either counted by the leader or asks after the lock is free.
 struct SessionStateMachine<Connection, Answerer, Waker> {
     struct Settings: Hashable {
         var connectTimeout: Duration
@@ -54,21 +62,33 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var cause: CoalescingPostgresError?
     }
 
-    /// A session, its generation, and where its statement loop is.
+    /// A session, its generation, where its statement loop is, and what it holds in the database:
+    /// everything here goes with the session.
     struct Live {
         let generation: Int
         let connection: Connection
-        var statement: Statement
+        var statement = Statement.none
+        /// The locks this process's steps hold, with their keys.
+        var leaders: [Int64: String] = [:]
+        /// The watches this session holds: a step of this process asked for the lock.
+        var watched: Set<Int64> = []
+        /// Locks and watches to release, and what to tell the others.
+        var unlocks: [Unlock] = []
+        var keepAliveDue = false
+        var lastKeepAlive: Duration
     }
 
-    /// The statement a session runs: its turn goes publish, ask, release; the answers to the lock
-    /// requests wait for the release, a barrier behind which every notification committed before
-    /// the locks were granted has been heard.
+    /// The statement a session runs: its turn goes finish, ask, release. Every answer but a first
+    /// request's grant waits for the release, a barrier behind which every notification committed
+    /// before the locks were tried has been heard: a step that asks again must hear a result that
+    /// came just before its grant, and a refused step must not take an earlier run's release,
+    /// heard late, for the end of the run that refused it.
     enum Statement: Hashable {
         case none
-        case publishing([Publication], since: Duration)
+        case finishing([Finish], since: Duration)
         case asking([Asked], since: Duration)
-        /// The lock statement answered: its answers wait for the release statement.
+        /// The lock statement answered: the grants to requests that need the barrier wait for the
+        /// release statement.
         case granted([Asked], [Grant])
         case releasing([Asked], [Grant], since: Duration)
 
@@ -76,21 +96,30 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var since: Duration? {
             switch self {
             case .none, .granted: nil
-            case .publishing(_, let since), .asking(_, let since), .releasing(_, _, let since): since
+            case .finishing(_, let since), .asking(_, let since), .releasing(_, _, let since): since
             }
         }
     }
 
-    /// A request on its way, by id and lock: a request answered before its grant comes back (given
-    /// up, or past its deadline) is gone from ``requests``, and a lock granted to it is released.
+    /// A request on its way: a request answered before its grant comes back (given up, or past its
+    /// deadline) is gone from ``requests``, and a lock granted to it is released.
     struct Asked: Hashable {
         var id: Int
         var lock: Int64
+        /// Whether the statement takes the key's watch before it tries the lock.
+        var watch: Bool
     }
 
     /// What the database answered one request.
     struct Grant: Hashable {
-        var granted: Bool
+        enum Lock: Hashable {
+            case granted
+            case held
+            /// Another session's leader was releasing the lock, holding its watch: ask again.
+            case busy
+        }
+
+        var lock: Lock
         var sequence: Int64
     }
 
@@ -99,6 +128,8 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         let key: String
         let answerer: Answerer
         let deadline: Duration
+        /// Whether its step asked before: a grant waits for the barrier too (see ``Statement``).
+        let needsBarrier: Bool
         /// The generation of the session it was sent on, or nil while it waits for one.
         var sent: Int? = nil
     }
@@ -108,6 +139,17 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         let waker: Waker
     }
 
+    /// A leader's result, with how its statement ends the run.
+    struct Finish: Hashable {
+        var publication: Publication
+        /// Whether this session still holds the lock (a result of a lost session is only told).
+        var holdsLock: Bool
+        /// A step of this process waits on the lock: tell, whoever else waits.
+        var mustTell: Bool
+        /// No step of this process needs the watch any more: release it.
+        var unwatch: Bool
+    }
+
     let settings: Settings
     private(set) var life = Life.idle
     /// Notifications heard on the channel, in every generation: a step's clock.
@@ -115,12 +157,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
     private var nextID = 0
     private(set) var waiters: [Int64: [Int: Waiter]] = [:]
     private(set) var requests: [Int: Request] = [:]
-    /// The locks this process's steps hold in the live session, with their keys.
-    private(set) var leaders: [Int64: String] = [:]
-    private(set) var unlocks: [Unlock] = []
     private(set) var publications: [Publication] = []
-    private var keepAliveDue = false
-    private var lastKeepAlive = Duration.zero
     private var lastTakeOverCheck = Duration.zero
 
     init(settings: Settings) {
@@ -132,13 +169,20 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         return false
     }
 
-    /// Whether a step of this process holds a lock or has a result to publish.
-    private var isLeading: Bool { !leaders.isEmpty || !publications.isEmpty }
+    /// The live session, ready or draining.
+    var live: Live? {
+        switch life {
+        case .ready(let live), .draining(let live): live
+        case .idle, .connecting, .down, .stopped: nil
+        }
+    }
 
-    /// A lock to release, and what to tell the others.
+    /// What a release statement does to one lock.
     struct Unlock: Hashable {
         var lock: Int64
-        var release: Release
+        /// Nil when only the watch goes.
+        var release: Release?
+        var unwatch = false
     }
 
     // MARK: - Steps
@@ -149,11 +193,15 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         return nextID
     }
 
-    /// The step's waker, to finish.
-    mutating func unregister(_ lock: Int64, id: Int) -> Waker? {
+    enum Unregistered {
+        /// The step's waker, to finish; whether the session's watch of the lock is now to go.
+        case finish(Waker?, unwatch: Bool)
+    }
+
+    mutating func unregister(_ lock: Int64, id: Int) -> Unregistered {
         let waiter = waiters[lock]?.removeValue(forKey: id)
         if waiters[lock]?.isEmpty == true { waiters[lock] = nil }
-        return waiter?.waker
+        return .finish(waiter?.waker, unwatch: unwatchIfIdle(lock))
     }
 
     func news(_ lock: Int64, id: Int) -> News {
@@ -176,15 +224,19 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         return nextID
     }
 
-    /// A lock request, answered within ``Settings/requestLimit`` from now.
-    mutating func request(_ id: Int, lock: Int64, key: String, answerer: Answerer, now: Duration) -> Requested {
+    /// A lock request, answered within ``Settings/requestLimit`` from now; `first` when its step
+    /// has not asked before.
+    mutating func request(_ id: Int, lock: Int64, key: String, first: Bool, answerer: Answerer, now: Duration)
+        -> Requested
+    {
         switch life {
         case .down(_, let error):
             return .refused(answerer, error)
         case .draining, .stopped:
             return .refused(answerer, Self.shuttingDown)
         case .idle, .connecting, .ready:
-            requests[id] = Request(lock: lock, key: key, answerer: answerer, deadline: now + settings.requestLimit)
+            requests[id] = Request(
+                lock: lock, key: key, answerer: answerer, deadline: now + settings.requestLimit, needsBarrier: !first)
             return .queued
         }
     }
@@ -212,31 +264,35 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
 
     /// Whether the release was queued: a lock of a session since lost is gone already.
     mutating func unlock(_ lock: Int64, _ release: Release, generation: Int) -> Bool {
-        switch life {
-        case .ready(let live), .draining(let live):
-            guard live.generation == generation else { return false }
-            if release != .silent { leaders[lock] = nil }
-            unlocks.append(Unlock(lock: lock, release: release))
-            return true
-        case .idle, .connecting, .down, .stopped:
-            return false
-        }
+        guard var live = liveSession(generation) else { return false }
+        if release != .silent { live.leaders[lock] = nil }
+        live.unlocks.append(Unlock(lock: lock, release: release))
+        store(live)
+        _ = unwatchIfIdle(lock)
+        return true
     }
 
-    /// One notification of the channel, parsed.
-    enum Notification: Hashable {
-        case result(lock: Int64, sequence: Int64, started: Int64, inline: Heard.Inline?)
-        case released(lock: Int64, published: Bool)
-        case other
+    /// Queues the release of the lock's watch when no step of this process needs it: none waits on
+    /// the lock, leads it, or has a request for it. Whether a release statement is now due.
+    private mutating func unwatchIfIdle(_ lock: Int64) -> Bool {
+        guard var live, live.watched.contains(lock), waiters[lock] == nil, live.leaders[lock] == nil,
+            !requests.values.contains(where: { $0.lock == lock })
+        else { return false }
+        live.watched.remove(lock)
+        live.unlocks.append(Unlock(lock: lock, release: nil, unwatch: true))
+        store(live)
+        return true
     }
 
-    /// The steps to wake: those waiting on the notification's lock.
-    mutating func heard(_ notification: Notification, generation: Int) -> [Waker] {
+    /// The steps to wake: those waiting on the notification's lock. A notification of the session
+    /// being had counts too: PostgresNIO listens before the session is ready.
+    mutating func heard(_ notification: ChannelMessage, generation: Int) -> [Waker] {
         switch life {
         case .ready(let live), .draining(let live):
             guard live.generation == generation else { return [] }
-        case .idle, .connecting, .down, .stopped:
-            // A notification of a session already lost: what it said, the next session's requests learn.
+        case .connecting(let attempt), .down(let attempt, _):
+            guard attempt.generation == generation, attempt.inFlight else { return [] }
+        case .idle, .stopped:
             return []
         }
         heard += 1
@@ -296,14 +352,15 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             let error = attempt.cause ?? noSession
             life = .down(attempt, error)
             ticked.answers += refuseWaiting(error)
-        case .ready(let live), .draining(let live):
+        case .ready(var live), .draining(var live):
             if let since = live.statement.since, now - since >= settings.silenceTimeout {
                 ticked.close = live.connection
             }
-            if now - lastKeepAlive >= settings.keepAliveInterval {
-                lastKeepAlive = now
-                keepAliveDue = true
+            if now - live.lastKeepAlive >= settings.keepAliveInterval {
+                live.lastKeepAlive = now
+                live.keepAliveDue = true
                 ticked.kick = true
+                store(live)
             }
         }
         return ticked
@@ -349,10 +406,14 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
     }
 
     enum Connected {
-        /// The session is ready; `answeredAgain` when the database had been unavailable.
+        /// The session is ready; `answeredAgain` when the database had been unavailable. Only now
+        /// may the storage watch for the connection's close: every close it reports then ends a
+        /// session the machine knows.
         case ready(answeredAgain: Bool)
         /// The coalescer stopped meanwhile: give the connection back.
         case leave
+        /// The attempt ended before it connected (its end was told first): end this one too.
+        case ended
     }
 
     /// The session listens on the channel: requests may go out.
@@ -365,11 +426,12 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             wasDown = true
         case .stopped:
             return .leave
-        case .idle, .connecting, .down, .ready, .draining:
+        case .connecting, .down:
+            return .ended
+        case .idle, .ready, .draining:
             preconditionFailure("a session connected that was not being had")
         }
-        life = .ready(Live(generation: generation, connection: connection, statement: .none))
-        lastKeepAlive = now
+        life = .ready(Live(generation: generation, connection: connection, lastKeepAlive: now))
         return .ready(answeredAgain: wasDown)
     }
 
@@ -398,12 +460,12 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var ended = Ended()
         switch life {
         case .ready(let live) where live.generation == generation:
-            ended = lose()
+            ended = lose(live)
             life = .connecting(Attempt(generation: generation, since: now))
             ended.next = .reconnect(after: .zero)
         case .draining(let live) where live.generation == generation:
             // Shutting down: no next session; what was to be published here, is not.
-            ended = lose()
+            ended = lose(live)
             ended.dropped = publications
             publications = []
             ended.answers += refuseWaiting(Self.shuttingDown)
@@ -437,15 +499,12 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         return ended
     }
 
-    /// A live session's end, for its steps.
-    private mutating func lose() -> Ended {
+    /// A live session's end, for its steps: what it held went with it.
+    private mutating func lose(_ live: Live) -> Ended {
         var ended = Ended()
         ended.lost = true
-        ended.locksLost = leaders.values.sorted()
+        ended.locksLost = live.leaders.values.sorted()
         ended.wake = waiters.values.flatMap { $0.values.map(\.waker) }
-        leaders = [:]
-        unlocks = []
-        keepAliveDue = false
         for (id, request) in requests where request.sent != nil {
             requests[id]?.sent = nil
         }
@@ -477,7 +536,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         requests = [:]
         stopped.wake = waiters.values.flatMap { $0.values.map(\.waker) }
         switch life {
-        case .ready(let live) where draining && isLeading:
+        case .ready(let live) where draining && (!live.leaders.isEmpty || !publications.isEmpty):
             life = .draining(live)
         case .draining where draining:
             break
@@ -494,12 +553,12 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
 
     /// The next statement of the session of `generation`.
     enum Next: Hashable {
-        /// Results to publish, each with its notification.
-        case publish([Publication])
-        /// Locks to ask for, in this order.
-        case ask([Int64])
-        /// Locks to release, telling the others how; the barrier the lock answers wait for, and
-        /// the keep-alive.
+        /// Results to announce to whoever waits, or else to end with their locks' release.
+        case finish([Finish])
+        /// Locks to ask for, in this order, each after its watch where it is taken.
+        case ask([Asked])
+        /// Locks and watches to release, telling those who wait how; the barrier the grants wait
+        /// for, and the keep-alive.
         case release([Unlock])
         /// Nothing to do: wait for a kick.
         case wait
@@ -524,38 +583,65 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         }
         let next: Next
         let waiting = requests.filter { $0.value.sent == nil }.sorted { $0.key < $1.key }
-        if case .granted(let asked, let grants) = live.statement {
+        switch live.statement {
+        case .granted(let asked, let grants):
             live.statement = .releasing(asked, grants, since: now)
-            next = .release(unlocks)
-            unlocks = []
-            keepAliveDue = false
-        } else if live.statement != .none {
+            next = .release(live.unlocks)
+            live.unlocks = []
+            live.keepAliveDue = false
+        case .finishing, .asking, .releasing:
             preconditionFailure("a statement was asked for while one runs")
-        } else if !publications.isEmpty {
-            live.statement = .publishing(publications, since: now)
-            next = .publish(publications)
+        case .none where !publications.isEmpty:
+            var finishes: [Finish] = []
+            for publication in publications {
+                let lock = publication.lock
+                let holds = publication.generation == generation && live.leaders[lock] != nil
+                let idle = waiters[lock] == nil && !requests.values.contains(where: { $0.lock == lock })
+                let unwatch = live.watched.contains(lock) && idle
+                if unwatch { live.watched.remove(lock) }
+                finishes.append(
+                    Finish(publication: publication, holdsLock: holds, mustTell: waiters[lock] != nil, unwatch: unwatch)
+                )
+            }
+            live.statement = .finishing(finishes, since: now)
+            next = .finish(finishes)
             publications = []
-        } else if !waiting.isEmpty {
+        case .none where !waiting.isEmpty:
             var asked: [Asked] = []
-            for (id, request) in waiting {
+            // One request per lock in a statement: the next one asks after the first took the watch.
+            for (id, request) in waiting where !asked.contains(where: { $0.lock == request.lock }) {
                 requests[id]?.sent = generation
-                asked.append(Asked(id: id, lock: request.lock))
+                // A watch about to be let go is kept instead.
+                if let unwatch = live.unlocks.firstIndex(of: Unlock(lock: request.lock, release: nil, unwatch: true)) {
+                    live.unlocks.remove(at: unwatch)
+                    live.watched.insert(request.lock)
+                }
+                asked.append(Asked(id: id, lock: request.lock, watch: !live.watched.contains(request.lock)))
             }
             live.statement = .asking(asked, since: now)
-            next = .ask(asked.map(\.lock))
-        } else if !unlocks.isEmpty || keepAliveDue {
+            next = .ask(asked)
+        case .none where !live.unlocks.isEmpty || live.keepAliveDue:
             live.statement = .releasing([], [], since: now)
-            next = .release(unlocks)
-            unlocks = []
-            keepAliveDue = false
-        } else if draining, !isLeading {
+            next = .release(live.unlocks)
+            live.unlocks = []
+            live.keepAliveDue = false
+        case .none where draining && live.leaders.isEmpty:
             life = .stopped
             return .leave
-        } else {
+        case .none:
             return .wait
         }
         life = draining ? .draining(live) : .ready(live)
         return next
+    }
+
+    /// What the database answered a statement.
+    enum Reply: Hashable {
+        /// For each result in order, whether its run ended there: no one else waited, and the
+        /// lock is released; otherwise the result was told, and the release follows.
+        case finished(ended: [Bool])
+        case asked([Grant])
+        case released
     }
 
     /// What follows a statement's answer.
@@ -567,31 +653,42 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var notPublished: [Publication] = []
     }
 
-    /// The statement of `generation` answered: `grants` for a lock request, in its order.
-    mutating func answered(_ generation: Int, grants: [Grant] = [], now: Duration) -> Answered {
+    /// The statement of `generation` answered.
+    mutating func answered(_ generation: Int, _ reply: Reply, now: Duration) -> Answered {
         var answered = Answered()
         guard var live = liveSession(generation) else { return answered }
-        switch live.statement {
-        case .none, .granted:
-            preconditionFailure("an answer came to no statement")
-        case .publishing(let published, _):
-            release(published, generation, as: .published)
-            live.statement = .none
-        case .asking(let asked, _):
-            precondition(grants.count == asked.count, "a lock statement answered another number of locks")
-            // The answers wait for a barrier: the release statement, which always follows a grant.
-            if grants.contains(where: \.granted) || !unlocks.isEmpty || keepAliveDue {
-                live.statement = .granted(asked, grants)
-                store(live)
-                return answered
+        switch (live.statement, reply) {
+        case (.finishing(let finishes, _), .finished(let ended)):
+            precondition(ended.count == finishes.count, "a finish statement answered another number of results")
+            for (finish, ended) in zip(finishes, ended) where finish.holdsLock {
+                live.leaders[finish.publication.lock] = nil
+                if !ended { live.unlocks.append(Unlock(lock: finish.publication.lock, release: .published)) }
             }
-            answered.answers = answer(asked, grants, generation: generation)
             live.statement = .none
-        case .releasing(let asked, let grants, _):
-            answered.answers = answer(asked, grants, generation: generation)
+        case (.asking(let asked, _), .asked(let grants)):
+            precondition(grants.count == asked.count, "a lock statement answered another number of locks")
+            var barrier: [(Asked, Grant)] = []
+            for (request, grant) in zip(asked, grants) {
+                if request.watch, grant.lock != .busy { live.watched.insert(request.lock) }
+                if grant.lock == .held || (grant.lock == .granted && requests[request.id]?.needsBarrier == true) {
+                    barrier.append((request, grant))
+                } else if grant.lock == .busy, requests[request.id] != nil {
+                    requests[request.id]?.sent = nil
+                } else {
+                    answered.answers += answer([(request, grant)], live: &live)
+                }
+            }
+            // The barrier: the release statement, which follows a grant that waits for it.
+            live.statement = barrier.isEmpty ? .none : .granted(barrier.map(\.0), barrier.map(\.1))
+        case (.releasing(let asked, let grants, _), .released):
+            answered.answers = answer(Array(zip(asked, grants)), live: &live)
             live.statement = .none
+        case (.none, _), (.granted, _), (.finishing, _), (.asking, _), (.releasing, _):
+            preconditionFailure("an answer came to no statement, or to another one")
         }
         store(live)
+        // A run that ended, or a request answered after its step left, may leave a watch unneeded.
+        for lock in live.watched { _ = unwatchIfIdle(lock) }
         return answered
     }
 
@@ -603,9 +700,15 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         switch live.statement {
         case .none, .granted:
             preconditionFailure("a failure came to no statement")
-        case .publishing(let published, _):
-            answered.notPublished = published
-            release(published, generation, as: .abandoned)
+        case .finishing(let finishes, _):
+            answered.notPublished = finishes.map(\.publication)
+            for finish in finishes {
+                // The statement's work is undone or unknown: its watches are let go again below.
+                if finish.unwatch { live.watched.insert(finish.publication.lock) }
+                guard finish.holdsLock else { continue }
+                live.leaders[finish.publication.lock] = nil
+                live.unlocks.append(Unlock(lock: finish.publication.lock, release: .abandoned))
+            }
         case .releasing:
             preconditionFailure("a release that fails ends the session: the locks it held are not known")
         case .asking(let asked, _):
@@ -616,26 +719,26 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         }
         live.statement = .none
         store(live)
+        for lock in live.watched { _ = unwatchIfIdle(lock) }
         return answered
     }
 
-    /// The release statement of a lock statement answered: the answers go out. A second lock on a
-    /// key this process already leads (two keys whose locks collide) is released at once and
-    /// answered as held; a lock granted to a request answered meanwhile, or while draining, is
-    /// released for the others.
-    private mutating func answer(_ asked: [Asked], _ grants: [Grant], generation: Int)
+    /// The answers to granted or refused requests. A second lock on a key this process already
+    /// leads (two keys whose locks collide) is released at once and answered as held; a lock
+    /// granted to a request answered meanwhile, or while draining, is released for the others.
+    private mutating func answer(_ replies: [(Asked, Grant)], live: inout Live)
         -> [(Answerer, Result<LockAnswer, CoalescingPostgresError>)]
     {
         var answers: [(Answerer, Result<LockAnswer, CoalescingPostgresError>)] = []
         let draining = if case .draining = life { true } else { false }
-        for (request, grant) in zip(asked, grants) {
+        for (request, grant) in replies {
             let waiting = requests.removeValue(forKey: request.id)
-            var acquired = grant.granted
-            if grant.granted, waiting == nil || draining {
-                unlocks.append(Unlock(lock: request.lock, release: .abandoned))
+            var acquired = grant.lock == .granted
+            if acquired, waiting == nil || draining {
+                live.unlocks.append(Unlock(lock: request.lock, release: .abandoned))
                 acquired = false
-            } else if grant.granted, leaders[request.lock] != nil {
-                unlocks.append(Unlock(lock: request.lock, release: .silent))
+            } else if acquired, live.leaders[request.lock] != nil {
+                live.unlocks.append(Unlock(lock: request.lock, release: .silent))
                 acquired = false
             }
             guard let waiting else { continue }
@@ -643,30 +746,17 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
                 answers.append((waiting.answerer, .failure(Self.shuttingDown)))
                 continue
             }
-            if acquired { leaders[request.lock] = waiting.key }
+            if acquired { live.leaders[request.lock] = waiting.key }
             let answer = LockAnswer(
-                acquired: acquired, sequence: grant.sequence, position: heard, generation: generation)
+                acquired: acquired, sequence: grant.sequence, position: heard, generation: live.generation)
             answers.append((waiting.answerer, .success(answer)))
         }
         return answers
     }
 
-    /// The locks of results sent (or refused) in the session that granted them, to release:
-    /// a result of an older session is published, its lock went with it.
-    private mutating func release(_ published: [Publication], _ generation: Int, as release: Release) {
-        for publication in published where publication.generation == generation {
-            leaders[publication.lock] = nil
-            unlocks.append(Unlock(lock: publication.lock, release: release))
-        }
-    }
-
     private func liveSession(_ generation: Int) -> Live? {
-        switch life {
-        case .ready(let live), .draining(let live):
-            return live.generation == generation ? live : nil
-        case .idle, .connecting, .down, .stopped:
-            return nil
-        }
+        guard let live, live.generation == generation else { return nil }
+        return live
     }
 
     private mutating func store(_ live: Live) {
@@ -696,7 +786,8 @@ extension SessionStateMachine.Request: Hashable where Answerer: Hashable {}
 extension SessionStateMachine.Waiter: Equatable where Waker: Hashable {}
 extension SessionStateMachine.Waiter: Hashable where Waker: Hashable {}
 
-/// A lock request's answer, once every notification committed before it has been heard.
+/// A lock request's answer: for a step that asked before, once every notification committed
+/// before it has been heard.
 struct LockAnswer: Sendable, Hashable {
     var acquired: Bool
     /// `nextval` of the table's sequence, taken with the lock: a run's start, and the line a
