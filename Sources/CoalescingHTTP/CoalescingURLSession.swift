@@ -202,11 +202,13 @@ struct Loaded: Sendable {
 }
 
 /// The session's delegate: each data task's transfer, read as it arrives, capped (at its stated
-/// length, or as it passes the limit), reported, and
-/// handed to whoever started it; and each work's data task, for its priority.
+/// length, or as it passes the limit), reported, and handed to whoever started it; and each work's
+/// data task, for its priority.
 final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     // @unchecked: `transfers` and `priorities` are guarded by `lock`.
     private let lock = NSLock()
+    /// Taken by a cancel, and by a task's completion before it forgets the transfer.
+    private let ending = NSLock()
     private var transfers: [Int: Transfer] = [:]
     /// The priority of each work that has a data task, or whose priority rose before it had one.
     private var priorities: [Int: Float] = [:]
@@ -221,7 +223,12 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         let completion: @Sendable (Result<Loaded, Error>) -> Void
         var response: URLResponse?
         var body = Data()
-        var failure: HTTPCoalescingError?
+        /// The bytes `body` has room for: grown by doubling, never past the limit, so that a body
+        /// at the limit holds no more memory than the limit.
+        var room = 0
+        /// Set once its callers were told the body is too large, before the task ends: what
+        /// arrives after is dropped.
+        var refused = false
 
         init(
             task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
@@ -230,6 +237,16 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             (self.task, self.work, self.limit, self.progress, self.completion) = (
                 task, work, limit, progress, completion
             )
+        }
+
+        /// Under `lock`: the body is over the limit. Its bytes go, and what arrives after is
+        /// dropped; the transfer stays until the task ends, so that `cancel(_:)` still finds it.
+        func refuse() -> () -> Void {
+            refused = true
+            body = Data()
+            let url = (response?.url ?? task.originalRequest?.url)?.absoluteString ?? ""
+            let failure = HTTPCoalescingError.bodyTooLarge(url: url, limit: limit)
+            return { [completion] in completion(.failure(failure)) }
         }
     }
 
@@ -260,10 +277,12 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     /// Cancels `task` if it has not completed.
     func cancel(_ task: URLSessionDataTask) {
-        lock.withLock {
-            // Under the lock that the task's completion takes first: FoundationNetworking traps a
-            // cancel that lands after it told its delegate the task completed.
-            if transfers[task.taskIdentifier] != nil { task.cancel() }
+        // Under the lock that the task's completion takes first: FoundationNetworking traps a
+        // cancel that lands after it told its delegate the task completed. Not under `lock`: a
+        // cancel waits for the session's own queue, and a transfer's delegate calls, held up
+        // meanwhile, held the cancel up for a second at loopback speed.
+        ending.withLock {
+            if lock.withLock({ transfers[task.taskIdentifier] != nil }) { task.cancel() }
         }
     }
 
@@ -291,33 +310,70 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         return URLSessionTask.lowPriority
     }
 
+    /// Tells the callers of a refused body at once, and stops its task from another queue:
+    /// FoundationNetworking often ignores a cancel made inside the delegate call that delivers the
+    /// body, and reads the body to its end, however long. Its cancel still waits for the session's
+    /// own queue, which a transfer at loopback speed can hold for a second or two; what arrives
+    /// meanwhile is dropped.
+    private func stop(_ task: URLSessionDataTask, telling callers: () -> Void) {
+        callers()
+        DispatchQueue.global().async { self.cancel(task) }
+    }
+
     // MARK: URLSessionDataDelegate
 
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        // A stated length over the limit is refused as the header arrives, before any of the body.
+        let refusal = lock.withLock { () -> (() -> Void)? in
+            guard let transfer = transfers[dataTask.taskIdentifier], !transfer.refused else { return nil }
+            transfer.response = response
+            let stated = response.expectedContentLength
+            guard stated <= Int64(transfer.limit) else { return transfer.refuse() }
+            transfer.room = stated > 0 ? Int(stated) : 0
+            transfer.body.reserveCapacity(transfer.room)
+            return nil
+        }
+        completionHandler(refusal == nil ? .allow : .cancel)
+        if let refusal { stop(dataTask, telling: refusal) }
+    }
+
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        let report = lock.withLock { () -> (() -> Void)? in
-            guard let transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
-            // Read with the first part rather than in a delegate call of its own, one hop fewer.
-            if transfer.response == nil { transfer.response = dataTask.response }
-            let stated = transfer.response?.expectedContentLength ?? -1
-            guard transfer.body.count + data.count <= transfer.limit, stated <= Int64(transfer.limit) else {
-                transfer.failure = .bodyTooLarge(
-                    url: transfer.response?.url?.absoluteString ?? "", limit: transfer.limit)
-                dataTask.cancel()
-                return nil
+        enum Next {
+            case report(@Sendable (WorkProgress) -> Void, WorkProgress)
+            case refuse(() -> Void)
+        }
+        let next = lock.withLock { () -> Next? in
+            guard let transfer = transfers[dataTask.taskIdentifier], !transfer.refused else { return nil }
+            let needed = transfer.body.count + data.count
+            // The bytes the session has read, not only those handed to this delegate so far: at
+            // loopback speed the session reads far ahead of its delegate queue. Its progress, not
+            // `countOfBytesReceived`, which FoundationNetworking leaves at zero until the end.
+            guard needed <= transfer.limit, dataTask.progress.completedUnitCount <= Int64(transfer.limit) else {
+                return .refuse(transfer.refuse())
+            }
+            if needed > transfer.room {
+                transfer.room = min(max(needed, 2 * transfer.room), transfer.limit)
+                transfer.body.reserveCapacity(transfer.room)
             }
             transfer.body.append(data)
-            let progress = WorkProgress(
-                completed: Int64(transfer.body.count), total: transfer.response?.expectedContentLength ?? -1)
-            return { [report = transfer.progress] in report(progress) }
+            let total = transfer.response?.expectedContentLength ?? -1
+            return .report(transfer.progress, WorkProgress(completed: Int64(transfer.body.count), total: total))
         }
-        report?()
+        switch next {
+        case .report(let report, let progress): report(progress)
+        case .refuse(let refusal): stop(dataTask, telling: refusal)
+        case nil: break
+        }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
-        guard let transfer = lock.withLock({ transfers.removeValue(forKey: task.taskIdentifier) }) else { return }
-        if let failure = transfer.failure {
-            transfer.completion(.failure(failure))
-        } else if let error {
+        let transfer = ending.withLock { lock.withLock { transfers.removeValue(forKey: task.taskIdentifier) } }
+        guard let transfer, !transfer.refused
+        else { return }
+        if let error {
             transfer.completion(.failure(error))
         } else if let response = transfer.response ?? task.response {
             transfer.completion(.success(Loaded(data: transfer.body, response: response)))
