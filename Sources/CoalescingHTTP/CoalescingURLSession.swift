@@ -51,6 +51,8 @@ public final class CoalescingURLSession: Sendable {
     public let maximumBodySize: Int
     let coalescer: InFlightTaskCoalescer<HTTPRequestKey, Loaded>
     let loads: Loads
+    /// Where the session finds what it adds to a request as it sends it, which the key holds too.
+    let stores: SessionStores
 
     /// The default ``maximumBodySize``: 32 MiB.
     public static let defaultMaximumBodySize = 32 << 20
@@ -77,6 +79,9 @@ public final class CoalescingURLSession: Sendable {
         self.loads = loads
         self.keying = keying
         self.maximumBodySize = maximumBodySize
+        stores = SessionStores(
+            cookies: configuration.httpShouldSetCookies ? configuration.httpCookieStorage : nil,
+            credentials: configuration.urlCredentialStorage)
         session = URLSession(configuration: configuration, delegate: loads, delegateQueue: nil)
         // The coalescer's own observer carries each work's priority to its data task, then hands
         // the event on.
@@ -141,7 +146,7 @@ public final class CoalescingURLSession: Sendable {
     /// - Returns: The key; one equal to no other if the request does not share.
     /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` for a request that cannot be sent.
     public func key(for request: URLRequest, sharing: HTTPSharing = .automatic) throws -> HTTPRequestKey {
-        try HTTPRequestKey(request, sharing: sharing, keying: keying)
+        try HTTPRequestKey(request, sharing: sharing, keying: keying, stores: stores)
     }
 
     /// Lets the next identical request be sent anew, while the callers already waiting keep
@@ -177,17 +182,45 @@ public final class CoalescingURLSession: Sendable {
     public var statistics: CoalescingStatistics { coalescer.statistics }
 }
 
+/// The session's cookie store, if it sets cookies, and its credential store: what it adds to a
+/// request as it sends it.
+struct SessionStores: Sendable {
+    let cookies: HTTPCookieStorage?
+    let credentials: URLCredentialStorage?
+
+    /// What the session will add to `request`, as strings for the key: the store's cookies for its
+    /// URL, if the request handles cookies, and the credentials stored for its host and port,
+    /// which the session answers a challenge with. A response sent with either is that user's.
+    func additions(to request: URLRequest) -> [String] {
+        guard let url = request.url else { return [] }
+        var additions: [String] = []
+        if request.httpShouldHandleCookies, let cookies = cookies?.cookies(for: url), !cookies.isEmpty {
+            additions.append("cookie store " + (HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] ?? ""))
+        }
+        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+        var stored: [String] = []
+        for (space, users) in credentials?.allCredentials ?? [:] where space.host == url.host && space.port == port {
+            for (user, credential) in users {
+                stored.append("credential \(space.realm ?? "") \(user) \(credential.password ?? "")")
+            }
+        }
+        return additions + stored.sorted()
+    }
+}
+
 extension HTTPRequestKey {
-    /// The key of a `URLRequest`: its cache policy, timeout and cookie handling change its answer.
-    init(_ request: URLRequest, sharing: HTTPSharing, keying: HTTPKeying) throws {
+    /// The key of a `URLRequest`: its cache policy, timeout and cookie handling change its answer,
+    /// and so do the cookies and credentials the session adds from its stores.
+    init(_ request: URLRequest, sharing: HTTPSharing, keying: HTTPKeying, stores: SessionStores) throws {
         let body: Body =
             if request.httpBodyStream != nil { .unreadable } else if let data = request.httpBody { .bytes(data) } else {
                 .none
             }
-        let transport = [
-            "cache \(request.cachePolicy.rawValue)", "timeout \(request.timeoutInterval)",
-            "cookies \(request.httpShouldHandleCookies)",
-        ]
+        let transport =
+            [
+                "cache \(request.cachePolicy.rawValue)", "timeout \(request.timeoutInterval)",
+                "cookies \(request.httpShouldHandleCookies)",
+            ] + stores.additions(to: request)
         try self.init(
             method: request.httpMethod, url: request.url,
             headers: (request.allHTTPHeaderFields ?? [:]).map { (name: $0.key, value: $0.value) }, body: body,

@@ -5,7 +5,8 @@ import Foundation
 ///
 /// A key holds the method, the full URL, every header field but the ones ``HTTPKeying`` names as
 /// carrying no meaning for the response, what else of the request changes its answer (with
-/// URLSession, its cache policy, timeout and cookie handling), and the caller's own sharing key,
+/// URLSession, its cache policy, timeout and cookie handling, and the cookies and credentials the
+/// session adds from its stores), and the caller's own sharing key,
 /// if any. A request that must not share gets a key equal to no other's.
 ///
 /// Its ``description`` names the header fields in the key, never their values: events, logs and

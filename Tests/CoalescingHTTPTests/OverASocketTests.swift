@@ -110,3 +110,90 @@ private func residentBytes() -> Int? {
     guard fields.count > 1, let pages = Int(fields[1]) else { return nil }
     return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
 }
+
+/// The cookies and credentials the session adds as it sends a request are in its key (Guarantee
+/// 40): a login or a logout while a request is in flight keeps the next caller apart.
+final class CoalescingURLSessionCookieTests: XCTestCase {
+    /// A server whose `/me` answers with the session cookie's user, once `answers` lets it.
+    private func makeServer(answers: Gate) -> LoopbackServer {
+        LoopbackServer { request in
+            switch request.path {
+            case "/login": .text("ok", headers: [("Set-Cookie", "session=ada; Path=/")])
+            case "/logout":
+                .text("ok", headers: [("Set-Cookie", "session=gone; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT")])
+            default:
+                {
+                    _ = answers.wait()
+                    return .text(request.headers["cookie"]?.contains("session=ada") == true ? "Ada" : "anonymous")
+                }()
+            }
+        }
+    }
+
+    /// Guarantee 40: an anonymous `GET /me` is in flight, a login sets a session cookie, and the
+    /// next `GET /me` is sent anew with it, not joined to the anonymous one.
+    func testALoginWhileARequestIsInFlightKeepsTheNextCallerApart() async throws {
+        let answers = Gate()
+        let server = makeServer(answers: answers)
+        defer { server.stop() }
+        let http = CoalescingURLSession(configuration: .ephemeral)
+        let anonymous = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the anonymous request arrived") { server.requestCount("/me") == 1 }
+        _ = try await http.data(for: post(server.url("/login")))
+        let signedIn = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the signed-in request arrived") { server.requestCount("/me") == 2 }
+        answers.open()
+        answers.open()
+        let anonymousBody = try await anonymous.value
+        XCTAssertEqual(String(decoding: anonymousBody, as: UTF8.self), "anonymous")
+        let signedInBody = try await signedIn.value
+        XCTAssertEqual(String(decoding: signedInBody, as: UTF8.self), "Ada")
+    }
+
+    /// Guarantee 40: a signed-in `GET /me` is in flight, a logout removes the cookie, and the next
+    /// `GET /me` is sent anew without it: no signed-out caller receives the signed-in answer.
+    func testALogoutWhileARequestIsInFlightKeepsTheNextCallerApart() async throws {
+        let answers = Gate()
+        let server = makeServer(answers: answers)
+        defer { server.stop() }
+        let http = CoalescingURLSession(configuration: .ephemeral)
+        _ = try await http.data(for: post(server.url("/login")))
+        let signedIn = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the signed-in request arrived") { server.requestCount("/me") == 1 }
+        _ = try await http.data(for: post(server.url("/logout")))
+        let signedOut = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the signed-out request arrived") { server.requestCount("/me") == 2 }
+        answers.open()
+        answers.open()
+        let signedInBody = try await signedIn.value
+        XCTAssertEqual(String(decoding: signedInBody, as: UTF8.self), "Ada")
+        let signedOutBody = try await signedOut.value
+        XCTAssertEqual(String(decoding: signedOutBody, as: UTF8.self), "anonymous")
+    }
+
+    /// Guarantee 40: a credential stored for the request's host and port, which the session answers
+    /// a challenge with, is in the key; one stored for another host is not.
+    func testACredentialStoredForTheHostIsInTheKey() throws {
+        let configuration = URLSessionConfiguration.ephemeral
+        let http = CoalescingURLSession(configuration: configuration)
+        let request = URLRequest(url: URL(string: "https://api.example.com/me")!)
+        let before = try http.key(for: request)
+        let elsewhere = URLProtectionSpace(
+            host: "other.example.com", port: 443, protocol: "https", realm: "api", authenticationMethod: nil)
+        configuration.urlCredentialStorage?.set(
+            URLCredential(user: "ada", password: "secret", persistence: .forSession), for: elsewhere)
+        XCTAssertEqual(try http.key(for: request), before)
+        let space = URLProtectionSpace(
+            host: "api.example.com", port: 443, protocol: "https", realm: "api", authenticationMethod: nil)
+        configuration.urlCredentialStorage?.set(
+            URLCredential(user: "ada", password: "secret", persistence: .forSession), for: space)
+        XCTAssertNotEqual(try http.key(for: request), before)
+        XCTAssertFalse(try http.key(for: request).description.contains("secret"))
+    }
+}
+
+private func post(_ url: URL) -> URLRequest {
+    var request = URLRequest(url: url)
+    request.httpMethod = "POST"
+    return request
+}

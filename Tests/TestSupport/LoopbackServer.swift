@@ -15,8 +15,8 @@ import Darwin
 /// the server stops, or after `LoopbackServer.streamCap` bytes, so that no test outlives its
 /// server.
 public final class LoopbackServer: @unchecked Sendable {
-    // @unchecked: `connections`, `sent`, `closedStreams` and `stopped` are guarded by `lock`; the
-    // rest is immutable.
+    // @unchecked: `connections`, `sent`, `closedStreams`, `received` and `stopped` are guarded by
+    // `lock`; the rest is immutable.
 
     /// A request as the server read it.
     public struct Request: Sendable {
@@ -84,6 +84,7 @@ public final class LoopbackServer: @unchecked Sendable {
     private var connections: Set<Int32> = []
     private var sent: [String: Int] = [:]
     private var closedStreams: [String: Int] = [:]
+    private var received: [String: Int] = [:]
     private var stopped = false
     /// The port the server listens on.
     public let port: Int
@@ -127,6 +128,12 @@ public final class LoopbackServer: @unchecked Sendable {
     /// - Parameter path: The request's path.
     /// - Returns: The bytes written, every request of that path together.
     public func bodyBytesSent(_ path: String) -> Int { lock.withLock { sent[path, default: 0] } }
+
+    /// How many requests of `path` the server has read.
+    ///
+    /// - Parameter path: The request's path.
+    /// - Returns: The count.
+    public func requestCount(_ path: String) -> Int { lock.withLock { received[path, default: 0] } }
 
     /// How many streamed bodies of `path` ended because the client closed the connection.
     ///
@@ -186,6 +193,7 @@ public final class LoopbackServer: @unchecked Sendable {
         }
         var buffer = Data()
         while let request = read(from: connection, into: &buffer) {
+            lock.withLock { received[request.path, default: 0] += 1 }
             guard write(handler(request), for: request.path, to: connection) else { return }
         }
     }
