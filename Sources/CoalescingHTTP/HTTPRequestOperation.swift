@@ -13,6 +13,7 @@ import FoundationNetworking
 ///
 /// ```swift
 /// import CoalescingHTTP
+/// import CoalescingOperations
 /// import Foundation
 ///
 /// #if canImport(FoundationNetworking)
