@@ -83,13 +83,7 @@ public final class CoalescingURLSession: Sendable {
             cookies: configuration.httpShouldSetCookies ? configuration.httpCookieStorage : nil,
             credentials: configuration.urlCredentialStorage)
         session = URLSession(configuration: configuration, delegate: loads, delegateQueue: nil)
-        // The coalescer's own observer carries each work's priority to its data task, then hands
-        // the event on.
-        coalescer = InFlightTaskCoalescer(
-            observer: { event in
-                loads.follow(event)
-                observer?(event)
-            }, stallThreshold: stallThreshold, clock: clock)
+        coalescer = InFlightTaskCoalescer(observer: observer, stallThreshold: stallThreshold, clock: clock)
     }
 
     deinit {
@@ -123,16 +117,20 @@ public final class CoalescingURLSession: Sendable {
         ) { [loads, session, maximumBodySize] in
             let reporter = ProgressReporter.current
             let task = session.dataTask(with: request)
-            let priority = Loads.sessionPriority(Task.currentPriority)
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { continuation in
-                    loads.start(
-                        task, work: reporter.work, priority: priority, limit: maximumBodySize,
-                        progress: reporter.report
-                    ) { continuation.resume(with: $0) }
+            // The engine escalates the work's task for a more urgent caller (Guarantee 19); the
+            // data task follows.
+            return try await followingEscalation {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        loads.start(task, limit: maximumBodySize, progress: reporter.report) {
+                            continuation.resume(with: $0)
+                        }
+                    }
+                } onCancel: {
+                    loads.cancel(task)
                 }
-            } onCancel: {
-                loads.cancel(task)
+            } raised: {
+                loads.raise(task, to: Loads.sessionPriority($0))
             }
         }
         return (loaded.data, loaded.response)
@@ -235,26 +233,24 @@ struct Loaded: Sendable {
 }
 
 /// The session's delegate: each data task's transfer, read as it arrives, capped (at its stated
-/// length, or as it passes the limit), reported, and handed to whoever started it; and each work's
-/// data task, for its priority.
+/// length, or as it passes the limit), reported, and handed to whoever started it.
 final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    // @unchecked: `transfers` and `priorities` are guarded by `lock`.
+    // @unchecked: `transfers` is guarded by `lock`.
     private let lock = NSLock()
     /// Taken by a cancel, and by a task's completion before it forgets the transfer.
     private let ending = NSLock()
     private var transfers: [Int: Transfer] = [:]
-    /// The priority of each work that has a data task, or whose priority rose before it had one.
-    private var priorities: [Int: Float] = [:]
 
     /// One data task's transfer. A class, so that its body grows in place: changed only under
     /// `lock`.
     private final class Transfer {
         let task: URLSessionDataTask
-        let work: Int?
         let limit: Int
         let progress: @Sendable (WorkProgress) -> Void
         let completion: @Sendable (Result<Loaded, Error>) -> Void
         var response: URLResponse?
+        /// The data task's priority as last written.
+        var priority = URLSessionTask.defaultPriority
         var body = Data()
         /// The bytes `body` has room for: grown by doubling, never past the limit, so that a body
         /// at the limit holds no more memory than the limit.
@@ -264,12 +260,17 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         var refused = false
 
         init(
-            task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
+            task: URLSessionDataTask, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
             completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
         ) {
-            (self.task, self.work, self.limit, self.progress, self.completion) = (
-                task, work, limit, progress, completion
-            )
+            (self.task, self.limit, self.progress, self.completion) = (task, limit, progress, completion)
+        }
+
+        /// Under `lock`: raises the data task to `priority`, never lowers it.
+        func raise(to priority: Float) {
+            guard priority > self.priority else { return }
+            self.priority = priority
+            task.priority = priority
         }
 
         /// Under `lock`: the body is over the limit. Its bytes go, and what arrives after is
@@ -283,11 +284,11 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         }
     }
 
-    /// Sends `task` at `priority`, or its work's if that rose already, reading its body up to
-    /// `limit` bytes; `completion` hears its outcome once. Inside a task already cancelled, sends
-    /// nothing and fails with `CancellationError`.
+    /// Sends `task` at `priority`, or at its task's (the current one's, raised as it is escalated)
+    /// if nil, reading its body up to `limit` bytes; `completion` hears its outcome once. Inside a
+    /// task already cancelled, sends nothing and fails with `CancellationError`.
     func start(
-        _ task: URLSessionDataTask, work: Int?, priority: Float, limit: Int,
+        _ task: URLSessionDataTask, priority: Float? = nil, limit: Int,
         progress: @escaping @Sendable (WorkProgress) -> Void,
         completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
     ) {
@@ -295,17 +296,22 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             // The flag is set before a cancellation handler runs: either it is seen here, or the
             // handler finds the transfer.
             guard !Task.isCancelled else { return false }
-            transfers[task.taskIdentifier] = Transfer(
-                task: task, work: work, limit: limit, progress: progress, completion: completion)
-            // A rise that came before the task keeps its place. Each access to a task's priority
-            // waits for the session's queue: a task starts at the default, left alone.
-            let raised = max(priority, work.flatMap { priorities[$0] } ?? 0)
-            if let work { priorities[work] = raised }
-            if raised != URLSessionTask.defaultPriority { task.priority = raised }
+            let transfer = Transfer(task: task, limit: limit, progress: progress, completion: completion)
+            transfers[task.taskIdentifier] = transfer
+            // Read once the transfer is there: an escalation from now on finds it, and one before
+            // is in the task's priority already. Each access to a task's priority waits for the
+            // session's queue: a task starts at the default, left alone.
+            transfer.priority = priority ?? Self.sessionPriority(Task.currentPriority)
+            if transfer.priority != URLSessionTask.defaultPriority { task.priority = transfer.priority }
             return true
         }
         guard sends else { return completion(.failure(CancellationError())) }
         task.resume()
+    }
+
+    /// Raises `task`, while it is in flight, to `priority`.
+    func raise(_ task: URLSessionDataTask, to priority: Float) {
+        lock.withLock { transfers[task.taskIdentifier]?.raise(to: priority) }
     }
 
     /// Cancels `task` if it has not completed.
@@ -316,23 +322,6 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         // meanwhile, held the cancel up for a second at loopback speed.
         ending.withLock {
             if lock.withLock({ transfers[task.taskIdentifier] != nil }) { task.cancel() }
-        }
-    }
-
-    /// Follows a coalescer's events: a work's priority rises on its data task; a work's end
-    /// forgets it.
-    func follow(_ event: CoalescingEvent<HTTPRequestKey>) {
-        switch event {
-        case .priorityChanged(_, let work, .task(let priority)):
-            lock.withLock {
-                let raised = max(priorities[work] ?? 0, Self.sessionPriority(priority))
-                priorities[work] = raised
-                transfers.values.first { $0.work == work }?.task.priority = raised
-            }
-        case .workEnded(_, let work, _, _, _, _):
-            _ = lock.withLock { priorities.removeValue(forKey: work) }
-        default:
-            break
         }
     }
 
@@ -414,4 +403,18 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             transfer.completion(.failure(URLError(.badServerResponse)))
         }
     }
+}
+
+/// Runs `operation`, calling `raised` with the current task's new priority each time it is
+/// escalated, where the platform escalates tasks (Linux; Apple's from their 26 releases): as the
+/// engine escalates a task coalescer's work for a more urgent caller.
+func followingEscalation<T>(
+    _ operation: () async throws -> T, raised: @escaping @Sendable (TaskPriority) -> Void
+) async throws -> T {
+    #if compiler(>=6.2)
+    if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+        return try await withTaskPriorityEscalationHandler(operation: operation) { raised($1) }
+    }
+    #endif
+    return try await operation()
 }
