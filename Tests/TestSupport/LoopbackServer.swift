@@ -28,6 +28,8 @@ public final class LoopbackServer: @unchecked Sendable {
         public let headers: [String: String]
         /// The body, read by its `Content-Length`.
         public let body: Data
+        /// How many requests of this path the server had read, this one included: 1 for the first.
+        public let sequence: Int
     }
 
     /// What a response's body is.
@@ -193,7 +195,6 @@ public final class LoopbackServer: @unchecked Sendable {
         }
         var buffer = Data()
         while let request = read(from: connection, into: &buffer) {
-            lock.withLock { received[request.path, default: 0] += 1 }
             guard write(handler(request), for: request.path, to: connection) else { return }
         }
     }
@@ -221,7 +222,12 @@ public final class LoopbackServer: @unchecked Sendable {
         let bodyStart = headEnd!.upperBound
         let body = buffer[bodyStart..<bodyStart + length]
         buffer = Data(buffer[(bodyStart + length)...])
-        return Request(method: String(start[0]), path: String(start[1]), headers: headers, body: Data(body))
+        let path = String(start[1])
+        let sequence = lock.withLock {
+            received[path, default: 0] += 1
+            return received[path]!
+        }
+        return Request(method: String(start[0]), path: path, headers: headers, body: Data(body), sequence: sequence)
     }
 
     private func receive(from connection: Int32, into buffer: inout Data) -> Bool {
@@ -247,16 +253,23 @@ public final class LoopbackServer: @unchecked Sendable {
         case .bytes(let data):
             return transmit(data, to: connection, counting: path)
         case .stream(let total, let stated):
-            let chunk = Data(repeating: 0x61, count: 64 << 10)
-            let framed = Data("\(String(chunk.count, radix: 16))\r\n".utf8) + chunk + Data("\r\n".utf8)
+            // In chunks of 64 KiB, the last one shorter, each framed as a chunk without a length.
+            func piece(_ count: Int) -> Data {
+                let bytes = Data(repeating: 0x61, count: count)
+                guard stated == nil else { return bytes }
+                return Data("\(String(count, radix: 16))\r\n".utf8) + bytes + Data("\r\n".utf8)
+            }
+            let whole = piece(64 << 10)
+            let end = min(total ?? Self.streamCap, Self.streamCap)
             var written = 0
-            while written < min(total ?? Self.streamCap, Self.streamCap) {
-                guard transmit(stated == nil ? framed : chunk, to: connection) else {
+            while written < end {
+                let count = min(64 << 10, end - written)
+                guard transmit(count == 64 << 10 ? whole : piece(count), to: connection) else {
                     lock.withLock { closedStreams[path, default: 0] += 1 }
                     return false
                 }
-                written += chunk.count
-                lock.withLock { sent[path, default: 0] += chunk.count }
+                written += count
+                lock.withLock { sent[path, default: 0] += count }
             }
             return stated != nil || transmit(Data("0\r\n\r\n".utf8), to: connection)
         }
