@@ -10,8 +10,10 @@ import Tracing
 /// An AsyncHTTPClient `HTTPClient` whose identical requests in flight are sent once, every caller
 /// receiving the response and its body: for a server whose handlers load the same resource at once.
 ///
-/// Replace `client.execute(_:timeout:)` with this client's
-/// ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``:
+/// Send through this client's ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``
+/// where you called `client.execute(_:timeout:)`. Mind the labels: here `timeout:` is how long
+/// this caller waits, a `Duration`, as with every coalescer; AsyncHTTPClient's deadline for the
+/// request, its `timeout:`, is `requestTimeout:`.
 ///
 /// ```swift
 /// import AsyncHTTPClient

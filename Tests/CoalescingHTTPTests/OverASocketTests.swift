@@ -133,42 +133,33 @@ final class CoalescingURLSessionCookieTests: XCTestCase {
     /// Guarantee 40: an anonymous `GET /me` is in flight, a login sets a session cookie, and the
     /// next `GET /me` is sent anew with it, not joined to the anonymous one.
     func testALoginWhileARequestIsInFlightKeepsTheNextCallerApart() async throws {
-        let answers = Gate()
-        let server = makeServer(answers: answers)
-        defer { server.stop() }
-        let http = CoalescingURLSession(configuration: .ephemeral)
-        let anonymous = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
-        await waitUntil("the anonymous request arrived") { server.requestCount("/me") == 1 }
-        _ = try await http.data(for: post(server.url("/login")))
-        let signedIn = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
-        await waitUntil("the signed-in request arrived") { server.requestCount("/me") == 2 }
-        answers.open()
-        answers.open()
-        let anonymousBody = try await anonymous.value
-        XCTAssertEqual(String(decoding: anonymousBody, as: UTF8.self), "anonymous")
-        let signedInBody = try await signedIn.value
-        XCTAssertEqual(String(decoding: signedInBody, as: UTF8.self), "Ada")
+        try await expectTheNextCallerApart(signedInFirst: false)
     }
 
     /// Guarantee 40: a signed-in `GET /me` is in flight, a logout removes the cookie, and the next
     /// `GET /me` is sent anew without it: no signed-out caller receives the signed-in answer.
     func testALogoutWhileARequestIsInFlightKeepsTheNextCallerApart() async throws {
+        try await expectTheNextCallerApart(signedInFirst: true)
+    }
+
+    /// Sends `GET /me`, signs in or out while it is in flight, sends `GET /me` again, and expects
+    /// two requests, each answered for the cookie it was sent with.
+    private func expectTheNextCallerApart(signedInFirst: Bool) async throws {
         let answers = Gate()
         let server = makeServer(answers: answers)
         defer { server.stop() }
         let http = CoalescingURLSession(configuration: .ephemeral)
-        _ = try await http.data(for: post(server.url("/login")))
-        let signedIn = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
-        await waitUntil("the signed-in request arrived") { server.requestCount("/me") == 1 }
-        _ = try await http.data(for: post(server.url("/logout")))
-        let signedOut = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
-        await waitUntil("the signed-out request arrived") { server.requestCount("/me") == 2 }
+        if signedInFirst { _ = try await http.data(for: post(server.url("/login"))) }
+        let first = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the first request arrived") { server.requestCount("/me") == 1 }
+        _ = try await http.data(for: post(server.url(signedInFirst ? "/logout" : "/login")))
+        let second = Task { try await http.data(for: URLRequest(url: server.url("/me"))).0 }
+        await waitUntil("the second request arrived") { server.requestCount("/me") == 2 }
         answers.open()
         answers.open()
-        let signedInBody = try await signedIn.value
-        XCTAssertEqual(String(decoding: signedInBody, as: UTF8.self), "Ada")
-        let signedOutBody = try await signedOut.value
-        XCTAssertEqual(String(decoding: signedOutBody, as: UTF8.self), "anonymous")
+        let (firstBody, secondBody) = try await (first.value, second.value)
+        let expected = signedInFirst ? ["Ada", "anonymous"] : ["anonymous", "Ada"]
+        XCTAssertEqual([firstBody, secondBody].map { String(decoding: $0, as: UTF8.self) }, expected)
     }
 
     /// Guarantee 40: a credential stored for the request's host and port, which the session answers
