@@ -235,7 +235,7 @@ struct Loaded: Sendable {
 /// The session's delegate: each data task's transfer, read as it arrives, capped (at its stated
 /// length, or as it passes the limit), reported, and handed to whoever started it.
 final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    // @unchecked: `transfers` is guarded by `lock`.
+    // @unchecked: `transfers`, and each transfer's fields, are guarded by `lock`.
     private let lock = NSLock()
     /// Taken by a cancel, and by a task's completion before it forgets the transfer.
     private let ending = NSLock()
@@ -266,11 +266,11 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             (self.task, self.limit, self.progress, self.completion) = (task, limit, progress, completion)
         }
 
-        /// Under `lock`: raises the data task to `priority`, never lowers it.
-        func raise(to priority: Float) {
-            guard priority > self.priority else { return }
+        /// Under `lock`: whether `priority` raises the data task's; never lowers it.
+        func raises(to priority: Float) -> Bool {
+            guard priority > self.priority else { return false }
             self.priority = priority
-            task.priority = priority
+            return true
         }
 
         /// Under `lock`: the body is over the limit. Its bytes go, and what arrives after is
@@ -309,9 +309,11 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         task.resume()
     }
 
-    /// Raises `task`, while it is in flight, to `priority`.
+    /// Raises `task`, while it is in flight, to `priority`. Written outside the lock: the write
+    /// waits for the session's queue, which a transfer can hold (see `cancel(_:)`); the engine
+    /// raises one work's priority from one thread at a time, so that writes keep their order.
     func raise(_ task: URLSessionDataTask, to priority: Float) {
-        lock.withLock { transfers[task.taskIdentifier]?.raise(to: priority) }
+        if lock.withLock({ transfers[task.taskIdentifier]?.raises(to: priority) ?? false }) { task.priority = priority }
     }
 
     /// Cancels `task` if it has not completed.
