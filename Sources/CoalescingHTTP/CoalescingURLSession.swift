@@ -192,12 +192,18 @@ struct SessionStores: Sendable {
     func additions(to request: URLRequest) -> [String] {
         guard let url = request.url else { return [] }
         var additions: [String] = []
-        if request.httpShouldHandleCookies, let cookies = cookies?.cookies(for: url), !cookies.isEmpty {
+        // Each store is asked whether it is empty first, as it mostly is: looking a URL up costs
+        // several thousand instructions a request (BENCHMARKS.md, issue 43).
+        if request.httpShouldHandleCookies, let store = cookies, store.cookies?.isEmpty == false,
+            let cookies = store.cookies(for: url), !cookies.isEmpty
+        {
             additions.append("cookie store " + (HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] ?? ""))
         }
+        let spaces = credentials?.allCredentials ?? [:]
+        guard !spaces.isEmpty else { return additions }
         let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
         var stored: [String] = []
-        for (space, users) in credentials?.allCredentials ?? [:] where space.host == url.host && space.port == port {
+        for (space, users) in spaces where space.host == url.host && space.port == port {
             for (user, credential) in users {
                 stored.append("credential \(space.realm ?? "") \(user) \(credential.password ?? "")")
             }
