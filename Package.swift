@@ -99,7 +99,12 @@ let package = Package(
         ),
 
         .testTarget(name: "CoalescingOperationsTests", dependencies: ["CoalescingOperations", "TestSupport"]),
-        .testTarget(name: "CoalescingHTTPTests", dependencies: ["CoalescingHTTP", "HTTPStub", "TestSupport"]),
+        .testTarget(
+            name: "CoalescingHTTPTests", dependencies: ["CoalescingHTTP", "HTTPStub", "TestSupport", "HTTPContract"]),
+        // The behaviour both HTTP clients promise, written once; each client's tests run it.
+        .target(
+            name: "HTTPContract", dependencies: ["CoalescingHTTP", "CoalescingOperations", "TestSupport"],
+            path: "Tests/HTTPContract"),
         .testTarget(
             name: "ExamplesTests", dependencies: ["Examples", "HTTPStub", "CoalescingOperations", "TestSupport"]
         ),
@@ -212,7 +217,7 @@ var asyncHTTPClientTargets: [Target] {
         .testTarget(
             name: "CoalescingAsyncHTTPClientTests",
             dependencies: [
-                "CoalescingAsyncHTTPClient", "CoalescingHTTP", "CoalescingOperations", "TestSupport",
+                "CoalescingAsyncHTTPClient", "CoalescingHTTP", "CoalescingOperations", "TestSupport", "HTTPContract",
                 "CoalescingMetrics", "CoalescingTracing", "CoalescingLogging",
                 ahc("AsyncHTTPClient", "async-http-client"), ahc("Hummingbird", "hummingbird"),
                 ahc("NIOCore", "swift-nio"), ahc("NIOHTTP1", "swift-nio"),

@@ -1,12 +1,13 @@
 // What the documentation's samples name without declaring, so that each sample can stay short.
 // `.ci/samples` compiles every sample against this module. Only the app's own pieces live here
 // (a backend, its models, the values a sample is handed); everything the library provides, and
-// the one `UserFetchOperation`, come from the real modules this module re-exports. It re-exports
-// nothing else: a sample that uses URLSession imports FoundationNetworking on Linux, as an app does.
+// the one `UserFetchOperation`, come from the real modules. It re-exports nothing: a sample that
+// shows its imports is compiled with exactly those, and one that shows none as a fragment of an
+// app that imports the library, the examples and Foundation (see .ci/samples).
 
-@_exported import CoalescingOperations
-@_exported import Examples
-@_exported import Foundation
+import CoalescingOperations
+import Examples
+import Foundation
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking

@@ -10,8 +10,10 @@ import Tracing
 /// An AsyncHTTPClient `HTTPClient` whose identical requests in flight are sent once, every caller
 /// receiving the response and its body: for a server whose handlers load the same resource at once.
 ///
-/// Replace `client.execute(_:timeout:)` with this client's
-/// ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``:
+/// Send through this client's ``execute(_:sharing:timeout:requestTimeout:whenAbandoned:progress:)``
+/// where you called `client.execute(_:timeout:)`. Mind the labels: here `timeout:` is how long
+/// this caller waits, a `Duration`, as with every coalescer; AsyncHTTPClient's deadline for the
+/// request, its `timeout:`, is `requestTimeout:`.
 ///
 /// ```swift
 /// import AsyncHTTPClient
@@ -31,8 +33,9 @@ import Tracing
 /// - Which requests share is decided by their ``HTTPRequestKey``, as with
 ///   ``CoalescingURLSession``: by default only `GET` and `HEAD`, with no body, and only when their
 ///   method, URL and header fields (`Authorization` included) are equal. A request with a body
-///   shares only under a sharing key, which must then stand for the body too: the key cannot read
-///   an AsyncHTTPClient body. A request with a TLS configuration of its own shares with nobody.
+///   shares with nobody, sharing key or not: the key cannot read an AsyncHTTPClient body, and
+///   requests whose bodies it cannot tell apart are never joined (as `CoalescingURLSession` keeps
+///   a streamed body). A request with a TLS configuration of its own shares with nobody.
 /// - Each caller withdraws on its own: its task cancelled, or its `timeout` passed. The request is
 ///   cancelled when the last caller has withdrawn, unless it was started with
 ///   `whenAbandoned: .runToCompletion`.
@@ -87,8 +90,8 @@ public final class CoalescingHTTPClient: Sendable {
     /// - Parameters:
     ///   - request: The request. Its key decides whom it shares with: see ``key(for:sharing:)``.
     ///   - sharing: ``HTTPSharing/automatic`` (safe methods without a body share by key), a sharing
-    ///     key that opts any request in, or ``HTTPSharing/never``. A request with a body shares
-    ///     only under a sharing key, and every request holding that key must have the same body.
+    ///     key that opts a request of any method in, or ``HTTPSharing/never``. A request with a
+    ///     body shares with nobody: the key cannot read it.
     ///   - timeout: How long this caller waits at most; the request goes on for the others.
     ///   - requestTimeout: The request's own deadline, as `HTTPClient.execute(_:timeout:)` takes
     ///     it, body included; read from the caller that sends the request.

@@ -51,6 +51,8 @@ public final class CoalescingURLSession: Sendable {
     public let maximumBodySize: Int
     let coalescer: InFlightTaskCoalescer<HTTPRequestKey, Loaded>
     let loads: Loads
+    /// Where the session finds what it adds to a request as it sends it, which the key holds too.
+    let stores: SessionStores
 
     /// The default ``maximumBodySize``: 32 MiB.
     public static let defaultMaximumBodySize = 32 << 20
@@ -77,14 +79,11 @@ public final class CoalescingURLSession: Sendable {
         self.loads = loads
         self.keying = keying
         self.maximumBodySize = maximumBodySize
+        stores = SessionStores(
+            cookies: configuration.httpShouldSetCookies ? configuration.httpCookieStorage : nil,
+            credentials: configuration.urlCredentialStorage)
         session = URLSession(configuration: configuration, delegate: loads, delegateQueue: nil)
-        // The coalescer's own observer carries each work's priority to its data task, then hands
-        // the event on.
-        coalescer = InFlightTaskCoalescer(
-            observer: { event in
-                loads.follow(event)
-                observer?(event)
-            }, stallThreshold: stallThreshold, clock: clock)
+        coalescer = InFlightTaskCoalescer(observer: observer, stallThreshold: stallThreshold, clock: clock)
     }
 
     deinit {
@@ -118,16 +117,20 @@ public final class CoalescingURLSession: Sendable {
         ) { [loads, session, maximumBodySize] in
             let reporter = ProgressReporter.current
             let task = session.dataTask(with: request)
-            let priority = Loads.sessionPriority(Task.currentPriority)
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { continuation in
-                    loads.start(
-                        task, work: reporter.work, priority: priority, limit: maximumBodySize,
-                        progress: reporter.report
-                    ) { continuation.resume(with: $0) }
+            // The engine escalates the work's task for a more urgent caller (Guarantee 19); the
+            // data task follows.
+            return try await followingEscalation {
+                try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        loads.start(task, limit: maximumBodySize, progress: reporter.report) {
+                            continuation.resume(with: $0)
+                        }
+                    }
+                } onCancel: {
+                    loads.cancel(task)
                 }
-            } onCancel: {
-                loads.cancel(task)
+            } raised: {
+                loads.raise(task, to: Loads.sessionPriority($0))
             }
         }
         return (loaded.data, loaded.response)
@@ -141,7 +144,7 @@ public final class CoalescingURLSession: Sendable {
     /// - Returns: The key; one equal to no other if the request does not share.
     /// - Throws: ``HTTPCoalescingError/invalidRequest(_:)`` for a request that cannot be sent.
     public func key(for request: URLRequest, sharing: HTTPSharing = .automatic) throws -> HTTPRequestKey {
-        try HTTPRequestKey(request, sharing: sharing, keying: keying)
+        try HTTPRequestKey(request, sharing: sharing, keying: keying, stores: stores)
     }
 
     /// Lets the next identical request be sent anew, while the callers already waiting keep
@@ -177,17 +180,51 @@ public final class CoalescingURLSession: Sendable {
     public var statistics: CoalescingStatistics { coalescer.statistics }
 }
 
+/// The session's cookie store, if it sets cookies, and its credential store: what it adds to a
+/// request as it sends it.
+struct SessionStores: Sendable {
+    let cookies: HTTPCookieStorage?
+    let credentials: URLCredentialStorage?
+
+    /// What the session will add to `request`, as strings for the key: the store's cookies for its
+    /// URL, if the request handles cookies, and the credentials stored for its host and port,
+    /// which the session answers a challenge with. A response sent with either is that user's.
+    func additions(to request: URLRequest) -> [String] {
+        guard let url = request.url else { return [] }
+        var additions: [String] = []
+        // Each store is asked whether it is empty first, as it mostly is: looking a URL up costs
+        // several thousand instructions a request (BENCHMARKS.md, issue 43).
+        if request.httpShouldHandleCookies, let store = cookies, store.cookies?.isEmpty == false,
+            let cookies = store.cookies(for: url), !cookies.isEmpty
+        {
+            additions.append("cookie store " + (HTTPCookie.requestHeaderFields(with: cookies)["Cookie"] ?? ""))
+        }
+        let spaces = credentials?.allCredentials ?? [:]
+        guard !spaces.isEmpty else { return additions }
+        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
+        var stored: [String] = []
+        for (space, users) in spaces where space.host == url.host && space.port == port {
+            for (user, credential) in users {
+                stored.append("credential \(space.realm ?? "") \(user) \(credential.password ?? "")")
+            }
+        }
+        return additions + stored.sorted()
+    }
+}
+
 extension HTTPRequestKey {
-    /// The key of a `URLRequest`: its cache policy, timeout and cookie handling change its answer.
-    init(_ request: URLRequest, sharing: HTTPSharing, keying: HTTPKeying) throws {
+    /// The key of a `URLRequest`: its cache policy, timeout and cookie handling change its answer,
+    /// and so do the cookies and credentials the session adds from its stores.
+    init(_ request: URLRequest, sharing: HTTPSharing, keying: HTTPKeying, stores: SessionStores) throws {
         let body: Body =
             if request.httpBodyStream != nil { .unreadable } else if let data = request.httpBody { .bytes(data) } else {
                 .none
             }
-        let transport = [
-            "cache \(request.cachePolicy.rawValue)", "timeout \(request.timeoutInterval)",
-            "cookies \(request.httpShouldHandleCookies)",
-        ]
+        let transport =
+            [
+                "cache \(request.cachePolicy.rawValue)", "timeout \(request.timeoutInterval)",
+                "cookies \(request.httpShouldHandleCookies)",
+            ] + stores.additions(to: request)
         try self.init(
             method: request.httpMethod, url: request.url,
             headers: (request.allHTTPHeaderFields ?? [:]).map { (name: $0.key, value: $0.value) }, body: body,
@@ -202,42 +239,62 @@ struct Loaded: Sendable {
 }
 
 /// The session's delegate: each data task's transfer, read as it arrives, capped (at its stated
-/// length, or as it passes the limit), reported, and
-/// handed to whoever started it; and each work's data task, for its priority.
+/// length, or as it passes the limit), reported, and handed to whoever started it.
 final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    // @unchecked: `transfers` and `priorities` are guarded by `lock`.
+    // @unchecked: `transfers`, and each transfer's fields, are guarded by `lock`.
     private let lock = NSLock()
+    /// Taken by a cancel, and by a task's completion before it forgets the transfer.
+    private let ending = NSLock()
     private var transfers: [Int: Transfer] = [:]
-    /// The priority of each work that has a data task, or whose priority rose before it had one.
-    private var priorities: [Int: Float] = [:]
 
     /// One data task's transfer. A class, so that its body grows in place: changed only under
     /// `lock`.
     private final class Transfer {
         let task: URLSessionDataTask
-        let work: Int?
         let limit: Int
         let progress: @Sendable (WorkProgress) -> Void
         let completion: @Sendable (Result<Loaded, Error>) -> Void
         var response: URLResponse?
+        /// The data task's priority as last written.
+        var priority = URLSessionTask.defaultPriority
         var body = Data()
-        var failure: HTTPCoalescingError?
+        /// The bytes `body` has room for: grown by doubling, never past the limit, so that a body
+        /// at the limit holds no more memory than the limit.
+        var room = 0
+        /// Set once its callers were told the body is too large, before the task ends: what
+        /// arrives after is dropped.
+        var refused = false
 
         init(
-            task: URLSessionDataTask, work: Int?, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
+            task: URLSessionDataTask, limit: Int, progress: @escaping @Sendable (WorkProgress) -> Void,
             completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
         ) {
-            (self.task, self.work, self.limit, self.progress, self.completion) = (
-                task, work, limit, progress, completion
-            )
+            (self.task, self.limit, self.progress, self.completion) = (task, limit, progress, completion)
+        }
+
+        /// Under `lock`: whether `priority` raises the data task's; never lowers it.
+        func raises(to priority: Float) -> Bool {
+            guard priority > self.priority else { return false }
+            self.priority = priority
+            return true
+        }
+
+        /// Under `lock`: the body is over the limit. Its bytes go, and what arrives after is
+        /// dropped; the transfer stays until the task ends, so that `cancel(_:)` still finds it.
+        func refuse() -> () -> Void {
+            refused = true
+            body = Data()
+            let url = (response?.url ?? task.originalRequest?.url)?.absoluteString ?? ""
+            let failure = HTTPCoalescingError.bodyTooLarge(url: url, limit: limit)
+            return { [completion] in completion(.failure(failure)) }
         }
     }
 
-    /// Sends `task` at `priority`, or its work's if that rose already, reading its body up to
-    /// `limit` bytes; `completion` hears its outcome once. Inside a task already cancelled, sends
-    /// nothing and fails with `CancellationError`.
+    /// Sends `task` at `priority`, or at its task's (the current one's, raised as it is escalated)
+    /// if nil, reading its body up to `limit` bytes; `completion` hears its outcome once. Inside a
+    /// task already cancelled, sends nothing and fails with `CancellationError`.
     func start(
-        _ task: URLSessionDataTask, work: Int?, priority: Float, limit: Int,
+        _ task: URLSessionDataTask, priority: Float? = nil, limit: Int,
         progress: @escaping @Sendable (WorkProgress) -> Void,
         completion: @escaping @Sendable (Result<Loaded, Error>) -> Void
     ) {
@@ -245,42 +302,34 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             // The flag is set before a cancellation handler runs: either it is seen here, or the
             // handler finds the transfer.
             guard !Task.isCancelled else { return false }
-            transfers[task.taskIdentifier] = Transfer(
-                task: task, work: work, limit: limit, progress: progress, completion: completion)
-            // A rise that came before the task keeps its place. Each access to a task's priority
-            // waits for the session's queue: a task starts at the default, left alone.
-            let raised = max(priority, work.flatMap { priorities[$0] } ?? 0)
-            if let work { priorities[work] = raised }
-            if raised != URLSessionTask.defaultPriority { task.priority = raised }
+            let transfer = Transfer(task: task, limit: limit, progress: progress, completion: completion)
+            transfers[task.taskIdentifier] = transfer
+            // Read once the transfer is there: an escalation from now on finds it, and one before
+            // is in the task's priority already. Each access to a task's priority waits for the
+            // session's queue: a task starts at the default, left alone.
+            transfer.priority = priority ?? Self.sessionPriority(Task.currentPriority)
+            if transfer.priority != URLSessionTask.defaultPriority { task.priority = transfer.priority }
             return true
         }
         guard sends else { return completion(.failure(CancellationError())) }
         task.resume()
     }
 
-    /// Cancels `task` if it has not completed.
-    func cancel(_ task: URLSessionDataTask) {
-        lock.withLock {
-            // Under the lock that the task's completion takes first: FoundationNetworking traps a
-            // cancel that lands after it told its delegate the task completed.
-            if transfers[task.taskIdentifier] != nil { task.cancel() }
-        }
+    /// Raises `task`, while it is in flight, to `priority`. Written outside the lock: the write
+    /// waits for the session's queue, which a transfer can hold (see `cancel(_:)`); the engine
+    /// raises one work's priority from one thread at a time, so that writes keep their order.
+    func raise(_ task: URLSessionDataTask, to priority: Float) {
+        if lock.withLock({ transfers[task.taskIdentifier]?.raises(to: priority) ?? false }) { task.priority = priority }
     }
 
-    /// Follows a coalescer's events: a work's priority rises on its data task; a work's end
-    /// forgets it.
-    func follow(_ event: CoalescingEvent<HTTPRequestKey>) {
-        switch event {
-        case .priorityChanged(_, let work, .task(let priority)):
-            lock.withLock {
-                let raised = max(priorities[work] ?? 0, Self.sessionPriority(priority))
-                priorities[work] = raised
-                transfers.values.first { $0.work == work }?.task.priority = raised
-            }
-        case .workEnded(_, let work, _, _, _, _):
-            _ = lock.withLock { priorities.removeValue(forKey: work) }
-        default:
-            break
+    /// Cancels `task` if it has not completed.
+    func cancel(_ task: URLSessionDataTask) {
+        // Under the lock that the task's completion takes first: FoundationNetworking traps a
+        // cancel that lands after it told its delegate the task completed. Not under `lock`: a
+        // cancel waits for the session's own queue, and a transfer's delegate calls, held up
+        // meanwhile, held the cancel up for a second at loopback speed.
+        ending.withLock {
+            if lock.withLock({ transfers[task.taskIdentifier] != nil }) { task.cancel() }
         }
     }
 
@@ -291,33 +340,70 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         return URLSessionTask.lowPriority
     }
 
+    /// Tells the callers of a refused body at once, and stops its task from another queue:
+    /// FoundationNetworking often ignores a cancel made inside the delegate call that delivers the
+    /// body, and reads the body to its end, however long. Its cancel still waits for the session's
+    /// own queue, which a transfer at loopback speed can hold for a second or two; what arrives
+    /// meanwhile is dropped.
+    private func stop(_ task: URLSessionDataTask, telling callers: () -> Void) {
+        callers()
+        DispatchQueue.global().async { self.cancel(task) }
+    }
+
     // MARK: URLSessionDataDelegate
 
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        // A stated length over the limit is refused as the header arrives, before any of the body.
+        let refusal = lock.withLock { () -> (() -> Void)? in
+            guard let transfer = transfers[dataTask.taskIdentifier], !transfer.refused else { return nil }
+            transfer.response = response
+            let stated = response.expectedContentLength
+            guard stated <= Int64(transfer.limit) else { return transfer.refuse() }
+            transfer.room = stated > 0 ? Int(stated) : 0
+            transfer.body.reserveCapacity(transfer.room)
+            return nil
+        }
+        completionHandler(refusal == nil ? .allow : .cancel)
+        if let refusal { stop(dataTask, telling: refusal) }
+    }
+
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        let report = lock.withLock { () -> (() -> Void)? in
-            guard let transfer = transfers[dataTask.taskIdentifier], transfer.failure == nil else { return nil }
-            // Read with the first part rather than in a delegate call of its own, one hop fewer.
-            if transfer.response == nil { transfer.response = dataTask.response }
-            let stated = transfer.response?.expectedContentLength ?? -1
-            guard transfer.body.count + data.count <= transfer.limit, stated <= Int64(transfer.limit) else {
-                transfer.failure = .bodyTooLarge(
-                    url: transfer.response?.url?.absoluteString ?? "", limit: transfer.limit)
-                dataTask.cancel()
-                return nil
+        enum Next {
+            case report(@Sendable (WorkProgress) -> Void, WorkProgress)
+            case refuse(() -> Void)
+        }
+        let next = lock.withLock { () -> Next? in
+            guard let transfer = transfers[dataTask.taskIdentifier], !transfer.refused else { return nil }
+            let needed = transfer.body.count + data.count
+            // The bytes the session has read, not only those handed to this delegate so far: at
+            // loopback speed the session reads far ahead of its delegate queue. Its progress, not
+            // `countOfBytesReceived`, which FoundationNetworking leaves at zero until the end.
+            guard needed <= transfer.limit, dataTask.progress.completedUnitCount <= Int64(transfer.limit) else {
+                return .refuse(transfer.refuse())
+            }
+            if needed > transfer.room {
+                transfer.room = min(max(needed, 2 * transfer.room), transfer.limit)
+                transfer.body.reserveCapacity(transfer.room)
             }
             transfer.body.append(data)
-            let progress = WorkProgress(
-                completed: Int64(transfer.body.count), total: transfer.response?.expectedContentLength ?? -1)
-            return { [report = transfer.progress] in report(progress) }
+            let total = transfer.response?.expectedContentLength ?? -1
+            return .report(transfer.progress, WorkProgress(completed: Int64(transfer.body.count), total: total))
         }
-        report?()
+        switch next {
+        case .report(let report, let progress): report(progress)
+        case .refuse(let refusal): stop(dataTask, telling: refusal)
+        case nil: break
+        }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
-        guard let transfer = lock.withLock({ transfers.removeValue(forKey: task.taskIdentifier) }) else { return }
-        if let failure = transfer.failure {
-            transfer.completion(.failure(failure))
-        } else if let error {
+        let transfer = ending.withLock { lock.withLock { transfers.removeValue(forKey: task.taskIdentifier) } }
+        guard let transfer, !transfer.refused
+        else { return }
+        if let error {
             transfer.completion(.failure(error))
         } else if let response = transfer.response ?? task.response {
             transfer.completion(.success(Loaded(data: transfer.body, response: response)))
@@ -325,4 +411,18 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             transfer.completion(.failure(URLError(.badServerResponse)))
         }
     }
+}
+
+/// Runs `operation`, calling `raised` with the current task's new priority each time it is
+/// escalated, where the platform escalates tasks (Linux; Apple's from their 26 releases): as the
+/// engine escalates a task coalescer's work for a more urgent caller.
+func followingEscalation<T>(
+    _ operation: () async throws -> T, raised: @escaping @Sendable (TaskPriority) -> Void
+) async throws -> T {
+    #if compiler(>=6.2)
+    if #available(macOS 26.0, iOS 26.0, watchOS 26.0, tvOS 26.0, visionOS 26.0, *) {
+        return try await withTaskPriorityEscalationHandler(operation: operation) { raised($1) }
+    }
+    #endif
+    return try await operation()
 }

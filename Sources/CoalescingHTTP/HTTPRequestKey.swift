@@ -5,7 +5,8 @@ import Foundation
 ///
 /// A key holds the method, the full URL, every header field but the ones ``HTTPKeying`` names as
 /// carrying no meaning for the response, what else of the request changes its answer (with
-/// URLSession, its cache policy, timeout and cookie handling), and the caller's own sharing key,
+/// URLSession, its cache policy, timeout and cookie handling, and the cookies and credentials the
+/// session adds from its stores), and the caller's own sharing key,
 /// if any. A request that must not share gets a key equal to no other's.
 ///
 /// Its ``description`` names the header fields in the key, never their values: events, logs and
@@ -17,7 +18,8 @@ public struct HTTPRequestKey: Hashable, Sendable, CustomStringConvertible {
         case none
         /// A body the key can hold.
         case bytes(Data)
-        /// A body the key cannot read, such as a stream: the request shares only under a sharing key.
+        /// A body the key cannot read, such as a stream: the request shares with nobody, as two such
+        /// bodies cannot be told apart.
         case unreadable
     }
 
@@ -29,10 +31,16 @@ public struct HTTPRequestKey: Hashable, Sendable, CustomStringConvertible {
     let fields: [Field]
     /// What else of the request changes its answer, in the front-end's words.
     let transport: [String]
-    let body: Data?
-    let sharingKey: String?
-    /// Set for a request that shares with no other.
-    let alone: UUID?
+    let sharing: Sharing
+
+    /// Whom the request shares with.
+    enum Sharing: Hashable {
+        /// Requests whose keys are otherwise equal, with this body, if it has one, and under this
+        /// sharing key, if the caller gave one.
+        case shared(body: Data?, key: String?)
+        /// Nobody: the identifier makes the key equal to no other.
+        case alone(UUID)
+    }
 
     struct Field: Hashable, Sendable {
         let name: String
@@ -78,35 +86,39 @@ public struct HTTPRequestKey: Hashable, Sendable, CustomStringConvertible {
         self.fields = fields.enumerated().sorted { ($0.element.name, $0.offset) < ($1.element.name, $1.offset) }
             .map(\.element)
         switch (sharing.mode, body) {
-        case (.never, _):
-            (self.body, sharingKey, alone) = (nil, nil, UUID())
-        case (.key(let key), .unreadable):
-            (self.body, sharingKey, alone) = (nil, key, nil)
+        case (.never, _), (_, .unreadable):
+            // Two bodies the key cannot read cannot be told apart: a sharing key does not stand for one.
+            self.sharing = .alone(UUID())
         case (.key(let key), .bytes(let bytes)):
-            (self.body, sharingKey, alone) = (bytes, key, nil)
+            self.sharing = .shared(body: bytes, key: key)
         case (.key(let key), .none):
-            (self.body, sharingKey, alone) = (nil, key, nil)
+            self.sharing = .shared(body: nil, key: key)
         case (.automatic, .none) where keying.sharedMethods.contains(method):
-            (self.body, sharingKey, alone) = (nil, nil, nil)
+            self.sharing = .shared(body: nil, key: nil)
         case (.automatic, .bytes(let bytes)) where keying.sharedMethods.contains(method) && !keying.isSafe(method):
             // A method the app declared shared, such as a query sent as a POST: the body is its question.
-            (self.body, sharingKey, alone) = (bytes, nil, nil)
+            self.sharing = .shared(body: bytes, key: nil)
         case (.automatic, _):
             // An unsafe method, or a safe one whose body would make it differ: nobody else's.
-            (self.body, sharingKey, alone) = (nil, nil, UUID())
+            self.sharing = .alone(UUID())
         }
     }
 
     /// Whether this request may share a response with another caller's.
-    public var shares: Bool { alone == nil }
+    public var shares: Bool {
+        if case .shared = sharing { true } else { false }
+    }
 
     /// The key as one string, equal for equal keys and different for different ones: an
     /// operation's identifier.
     public var identifier: String {
         var parts = [method, url] + transport + fields.flatMap { [$0.name, $0.value] }
-        parts.append(sharingKey.map { "key " + $0 } ?? "")
-        parts.append(body.map { "body " + $0.base64EncodedString() } ?? "")
-        parts.append(alone.map { "alone " + $0.uuidString } ?? "")
+        switch sharing {
+        case .shared(let body, let key):
+            parts += [key.map { "key " + $0 } ?? "", body.map { "body " + $0.base64EncodedString() } ?? ""]
+        case .alone(let identifier):
+            parts.append("alone " + identifier.uuidString)
+        }
         // Each part prefixed by its length, so that no two lists of parts read the same.
         return parts.map { "\($0.utf8.count):\($0)" }.joined(separator: ",")
     }
@@ -115,7 +127,12 @@ public struct HTTPRequestKey: Hashable, Sendable, CustomStringConvertible {
     /// the names of the header fields in the key, without their values.
     public var description: String {
         let names = fields.map(\.name)
-        let extra = (sharingKey == nil ? "" : " (shared by key)") + (alone == nil ? "" : " (not shared)")
+        let extra =
+            switch sharing {
+            case .shared(_, nil): ""
+            case .shared: " (shared by key)"
+            case .alone: " (not shared)"
+            }
         return "\(method) \(url)" + (names.isEmpty ? "" : " [\(names.joined(separator: ", "))]") + extra
     }
 }
@@ -136,9 +153,11 @@ public struct HTTPSharing: Sendable, Hashable {
     public static let never = HTTPSharing(mode: .never)
 
     /// The caller vouches that requests with this key and an otherwise equal request (method,
-    /// URL, header fields, and body where it can be read) are one request, whatever the method:
-    /// for example a `POST` with an idempotency key, sent once for every caller holding it. On a
-    /// `GET`, it narrows the key: only callers passing the same string share.
+    /// URL, header fields and body) are one request, whatever the method: for example a `POST`
+    /// with an idempotency key, sent once for every caller holding it. On a `GET`, it narrows the
+    /// key: only callers passing the same string share. A body the key cannot read (a stream, or
+    /// any AsyncHTTPClient body) still keeps the request to its caller: two such bodies cannot be
+    /// told apart.
     ///
     /// - Parameter key: The sharing key, such as the request's `Idempotency-Key`.
     /// - Returns: The sharing.
@@ -201,7 +220,7 @@ public struct HTTPKeying: Sendable, Hashable {
         return keying
     }
 
-    func isSafe(_ method: String) -> Bool { method == "GET" || method == "HEAD" }
+    func isSafe(_ method: String) -> Bool { Self.standard.sharedMethods.contains(method) }
 }
 
 /// Why a coalesced HTTP request failed before, or instead of, its response.

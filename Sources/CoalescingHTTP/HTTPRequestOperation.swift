@@ -13,6 +13,7 @@ import FoundationNetworking
 ///
 /// ```swift
 /// import CoalescingHTTP
+/// import CoalescingOperations
 /// import Foundation
 ///
 /// #if canImport(FoundationNetworking)
@@ -88,7 +89,7 @@ open class HTTPRequestOperation<Value: Sendable>: CoalescibleOperation<Value>, @
         }
         guard sends else { return }
         http.loads.start(
-            task, work: nil, priority: Self.sessionPriority(qualityOfService), limit: http.maximumBodySize,
+            task, priority: Self.sessionPriority(qualityOfService), limit: http.maximumBodySize,
             progress: report(progress:)
         ) { [decode] in
             let result = $0.flatMap { loaded in Result { try decode(loaded.data, loaded.response) } }

@@ -8,9 +8,11 @@ import NIOHTTP1
 import TestSupport
 import XCTest
 
-// CoalescingHTTPClient against a real Hummingbird server on loopback, through a real HTTPClient:
-// the key (Guarantee 40), which methods share (41), errors and bad input (42), the per-caller
-// controls (43), and every caller hearing exactly once when callers arrive as requests end (2).
+// CoalescingHTTPClient against a real Hummingbird server on loopback, through a real HTTPClient,
+// for what the contract both clients keep (HTTPContract, run in ContractTests.swift) leaves to
+// each: the key of an AsyncHTTPClient request (Guarantee 40), a transport error (42), the request's
+// cancellation and progress as it arrives (43), and every caller hearing exactly once when callers
+// arrive as requests end (2).
 final class CoalescingHTTPClientTests: ServerTestCase {
     private func request(_ route: String, method: HTTPMethod = .GET, headers: [(String, String)] = [])
         -> HTTPClientRequest
@@ -22,98 +24,6 @@ final class CoalescingHTTPClientTests: ServerTestCase {
     }
 
     private func text(_ response: CoalescedHTTPResponse) -> String { String(buffer: response.body) }
-
-    /// Guarantee 40: 100 concurrent identical GETs make one request, and every caller gets the
-    /// response, its body its own.
-    func testAHundredIdenticalGetsMakeOneRequest() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let request = request("/hold")
-        let tasks = (0..<100).map { _ in Task { try await http.execute(request) } }
-        await waitUntil("99 callers joined") { http.statistics.callersJoined == 99 }
-        server.hold.open()
-        for task in tasks {
-            var response = try await task.value
-            XCTAssertEqual(response.status, .ok)
-            XCTAssertEqual(text(response), "held 1  ")
-            response.body.clear()  // this caller's copy only
-        }
-        XCTAssertEqual(server.requests("/hold"), 1)
-        XCTAssertEqual(http.statistics.workStarted, 1)
-    }
-
-    /// Guarantee 40: requests that differ in `Authorization`, or in `Accept-Language`, never share:
-    /// two twins of each make two requests, each caller receiving the answer to its own.
-    func testAuthorizationAndAcceptLanguageTwinsMakeTwoRequests() async throws {
-        for name in ["Authorization", "Accept-Language"] {
-            let server = try await TestServer.start()
-            let http = CoalescingHTTPClient(client: client)
-            let values = ["a", "a", "b", "b"]
-            let tasks = values.map { value in
-                Task { [request = request(server.url, "/hold", name, value)] in try await http.execute(request) }
-            }
-            await waitUntil("two requests sent, two callers joined") {
-                server.requests("/hold") == 2 && http.statistics.callersJoined == 2
-            }
-            server.hold.open()
-            for (value, task) in zip(values, tasks) {
-                let answer = text(try await task.value)
-                XCTAssertTrue(answer.hasSuffix(name == "Authorization" ? " \(value) " : "  \(value)"), answer)
-            }
-            XCTAssertEqual(server.requests("/hold"), 2, name)
-            await server.stop()
-        }
-    }
-
-    private func request(_ url: String, _ route: String, _ name: String, _ value: String) -> HTTPClientRequest {
-        var request = HTTPClientRequest(url: url + route)
-        request.headers.add(name: name, value: value)
-        return request
-    }
-
-    /// Guarantee 41: a POST is sent once per caller, even with identical requests in flight.
-    func testAPostIsSentOncePerCaller() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let request = request("/hold", method: .POST)
-        let tasks = (0..<3).map { _ in Task { try await http.execute(request) } }
-        await waitUntil("three POSTs sent") { server.requests("/hold") == 3 }
-        server.hold.open()
-        var answers: Set<String> = []
-        for task in tasks { answers.insert(text(try await task.value)) }
-        XCTAssertEqual(answers, ["held 1  ", "held 2  ", "held 3  "])
-        XCTAssertEqual(http.statistics.callersJoined, 0)
-    }
-
-    /// Guarantee 41: a sharing key opts a POST in: its holders share one request.
-    func testASharingKeyOptsAPostIn() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let request = request("/hold", method: .POST, headers: [("Idempotency-Key", "k1")])
-        let tasks = (0..<3).map { _ in Task { try await http.execute(request, sharing: .key("k1")) } }
-        await waitUntil("two callers joined") { http.statistics.callersJoined == 2 }
-        server.hold.open()
-        for task in tasks {
-            let response = try await task.value
-            XCTAssertEqual(text(response), "held 1  ")
-        }
-        XCTAssertEqual(server.requests("/hold"), 1)
-    }
-
-    /// Guarantee 42: a 404 and a 500 are responses, handed to every caller, not errors.
-    func testAnErrorStatusIsTheResponseOfEveryCaller() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let codes = [404, 404, 404, 500, 500, 500]
-        let tasks = codes.map { code in
-            Task { [request = request("/status/\(code)")] in try await http.execute(request) }
-        }
-        await waitUntil("four callers joined") { http.statistics.callersJoined == 4 }
-        server.hold.open()
-        for (code, task) in zip(codes, tasks) {
-            let response = try await task.value
-            XCTAssertEqual(response.status.code, UInt(code))
-            XCTAssertEqual(text(response), "status \(code)")
-        }
-        XCTAssertEqual(server.requests("/status/404"), 1)
-        XCTAssertEqual(server.requests("/status/500"), 1)
-    }
 
     /// Guarantee 42: a transport error (here the connection closed mid-body) reaches every caller
     /// as the client threw it.
@@ -136,42 +46,6 @@ final class CoalescingHTTPClientTests: ServerTestCase {
         }
         XCTAssertEqual(Set(errors).count, 1, "one error, every caller's: \(errors)")
         XCTAssertEqual(server.requests("/drop"), 1)
-    }
-
-    /// Guarantee 42: a body over the limit fails every caller with `bodyTooLarge`, whether its
-    /// `Content-Length` says so or the bytes read pass the limit.
-    func testABodyOverTheLimitFailsEveryCaller() async throws {
-        let http = CoalescingHTTPClient(client: client, maximumBodySize: 64 << 10)
-        let routes = ["/large", "/large", "/chunked", "/chunked"]
-        let tasks = routes.map { route in Task { [request = request(route)] in try await http.execute(request) } }
-        await waitUntil("two callers joined") { http.statistics.callersJoined == 2 }
-        server.hold.open()
-        for (route, task) in zip(routes, tasks) {
-            do {
-                _ = try await task.value
-                XCTFail("\(route) is over the limit")
-            } catch {
-                XCTAssertEqual(
-                    error as? HTTPCoalescingError, .bodyTooLarge(url: server.url + route, limit: 64 << 10), "\(error)")
-            }
-        }
-        XCTAssertEqual(server.requests("/large"), 1)
-        XCTAssertEqual(server.requests("/chunked"), 1)
-    }
-
-    /// Guarantee 42: a request that cannot be sent fails at once, and nothing is sent.
-    func testAnInvalidRequestFailsAtOnceSendingNothing() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        for url in ["ftp://127.0.0.1/hold", "/hold", "http:///hold"] {
-            do {
-                _ = try await http.execute(HTTPClientRequest(url: url))
-                XCTFail("\(url) is invalid")
-            } catch let error as HTTPCoalescingError {
-                guard case .invalidRequest = error else { return XCTFail("\(url): \(error)") }
-            }
-        }
-        XCTAssertEqual(http.statistics.callersArrived, 0)
-        XCTAssertEqual(server.requests("/hold"), 0)
     }
 
     /// Guarantee 43: a cancelled caller withdraws alone; when the last caller leaves, the request
@@ -205,21 +79,6 @@ final class CoalescingHTTPClientTests: ServerTestCase {
         XCTAssertEqual(http.statistics.workInFlight, 1, "the request goes on with no caller")
         server.hold.open()
         await waitUntil("the request ended with its response") { http.statistics.workSucceeded == 1 }
-    }
-
-    /// Guarantee 43: a caller's deadline is its own: it times out, the other caller gets the
-    /// response of the one request.
-    func testADeadlineIsPerCaller() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let request = request("/hold")
-        let patient = Task { try await http.execute(request) }
-        await waitUntil("the request is sent") { server.requests("/hold") == 1 }
-        await XCTAssertThrowsCoalescingError(.timedOut, try await http.execute(request, timeout: .milliseconds(20)))
-        server.hold.open()
-        let response = try await patient.value
-        XCTAssertEqual(text(response), "held 1  ")
-        XCTAssertEqual(server.requests("/hold"), 1)
-        XCTAssertEqual(http.statistics.callersTimedOut, 1)
     }
 
     /// Guarantee 43: every caller that asks for progress receives the transfer's, a caller that
@@ -304,35 +163,10 @@ final class CoalescingHTTPClientTests: ServerTestCase {
         XCTAssertEqual(statistics.workStarted, server.requests("/fast"))
     }
 
-    /// Guarantees 13 and 43: `cancel(_:sharing:)` ends the request for every caller, who throw
-    /// `CoalescingError.cancelled`; `forget(_:sharing:)` lets the next caller send the request anew
-    /// while the callers already waiting keep the one in flight.
-    func testCancelAndForget() async throws {
-        let http = CoalescingHTTPClient(client: client)
-        let request = request("/hold")
-        let waiting = (0..<2).map { _ in Task { try await http.execute(request) } }
-        await waitUntil("the request is sent and joined") {
-            server.requests("/hold") == 1 && http.statistics.callersJoined == 1
-        }
-        XCTAssertTrue(http.cancel(request))
-        for task in waiting { await XCTAssertThrowsCoalescingError(.cancelled, try await task.value) }
-        XCTAssertFalse(http.cancel(request), "nothing is in flight any more")
-
-        let old = Task { try await http.execute(request) }
-        await waitUntil("a second request is sent") { server.requests("/hold") == 2 }
-        XCTAssertTrue(http.forget(request))
-        let new = Task { try await http.execute(request) }
-        await waitUntil("a third request is sent") { server.requests("/hold") == 3 }
-        server.hold.open()
-        let (oldResponse, newResponse) = try await (old.value, new.value)
-        XCTAssertEqual(text(oldResponse), "held 2  ")
-        XCTAssertEqual(text(newResponse), "held 3  ")
-        XCTAssertFalse(http.cancelAll())
-    }
-
-    /// Guarantee 40: the key reads an AsyncHTTPClient request as CoalescingURLSession's reads a
-    /// URLRequest: trace headers left out, `Authorization` in, a body shared only by key.
-    func testTheKeyOfARequest() throws {
+    /// Guarantees 40 and 41: the key reads an AsyncHTTPClient request as CoalescingURLSession's
+    /// reads a URLRequest: trace headers left out, `Authorization` in, and a body, which it cannot
+    /// read, kept to its caller, sharing key or not.
+    func testTheKeyReadsARequestAsTheSessionsDoes() throws {
         let http = CoalescingHTTPClient(client: client)
         let plain = request("/hold")
         let traced = request("/hold", headers: [("traceparent", "00-1-2-01")])
@@ -343,7 +177,7 @@ final class CoalescingHTTPClientTests: ServerTestCase {
         var posted = request("/hold", method: .POST)
         posted.body = .bytes(ByteBuffer(string: "{}"))
         XCTAssertFalse(try http.key(for: posted).shares)
-        XCTAssertTrue(try http.key(for: posted, sharing: .key("k")).shares)
+        XCTAssertFalse(try http.key(for: posted, sharing: .key("k")).shares)
     }
 }
 #endif

@@ -9,8 +9,10 @@ import XCTest
 import FoundationNetworking
 #endif
 
-/// A coalescing URLSession against the in-process stub: Guarantees 36 to 43 (and 2, for the race
-/// Moya #2215 and golang/go#31420 describe).
+/// A coalescing URLSession against the in-process stub, for what the contract both clients keep
+/// (HTTPContract, run in ContractTests.swift) leaves to each: the race of Guarantee 37 (and 2,
+/// Moya #2215 and golang/go#31420), priority (38), a transport error (42) and the data task's
+/// cancellation (43).
 final class CoalescingURLSessionTests: XCTestCase {
     private var stub: HTTPStub!
 
@@ -54,51 +56,6 @@ final class CoalescingURLSessionTests: XCTestCase {
     private func expectRequests(_ count: Int, file: StaticString = #filePath, line: UInt = #line) async {
         let arrived = await stub.waitForRequests(count, timeout: .seconds(10))
         XCTAssertTrue(arrived, "\(count) requests did not arrive", file: file, line: line)
-    }
-
-    // MARK: Guarantee 36: one request, every caller its response
-
-    /// Guarantee 36: a hundred identical GETs in flight send one request, and every caller gets
-    /// the response and the whole body.
-    func testAHundredConcurrentIdenticalGetsSendOneRequest() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        let callers = await heldCallers(100, makeRequest(stub, "/me"), through: http)
-        stub.releaseResponses()
-        for caller in callers {
-            let (data, response) = try await caller.value
-            XCTAssertEqual(String(decoding: data, as: UTF8.self), #"{"name":"Ada"}"#)
-            XCTAssertEqual(statusCode(response), 200)
-        }
-        XCTAssertEqual(stub.requestCount(path: "/me"), 1)
-        XCTAssertEqual(http.statistics.workStarted, 1)
-        XCTAssertEqual(http.statistics.callersJoined, 99)
-    }
-
-    /// Guarantee 36: coalescing is not caching; a request after the last one ended is sent anew.
-    func testARequestAfterTheLastOneEndedIsSentAnew() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        _ = try await http.data(for: makeRequest(stub, "/me"))
-        _ = try await http.data(for: makeRequest(stub, "/me"))
-        XCTAssertEqual(stub.requestCount(path: "/me"), 2)
-    }
-
-    /// Guarantee 36: after a forget, the next identical request is sent anew, while the callers
-    /// already waiting keep the first.
-    func testForgetLetsTheNextIdenticalRequestBeSentAnew() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        stub.holdResponses()
-        let first = Task { try await http.data(for: makeRequest(stub, "/me")) }
-        await expectRequests(1)
-        XCTAssertTrue(http.forget(makeRequest(stub, "/me")))
-        let second = Task { try await http.data(for: makeRequest(stub, "/me")) }
-        await expectRequests(2)
-        stub.releaseResponses()
-        _ = try await first.value
-        _ = try await second.value
-        XCTAssertEqual(stub.requestCount(path: "/me"), 2)
     }
 
     // MARK: Guarantee 37: every caller hears once (Moya #2215, golang/go#31420)
@@ -162,77 +119,7 @@ final class CoalescingURLSessionTests: XCTestCase {
         _ = try await high.value
     }
 
-    // MARK: Guarantee 40: the key
-
-    /// Guarantee 40: requests that differ only in `Authorization`, or in `Accept-Language`, are
-    /// two requests, and each caller gets its own response.
-    func testTwinsThatDifferInAuthorizationOrAcceptLanguageSendTwoRequests() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        for name in ["Authorization", "Accept-Language"] {
-            stub.holdResponses()
-            let before = stub.requestCount(path: "/me")
-            let twins = ["a", "b"].flatMap { value in
-                (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, "/me", headers: [name: value])) } }
-            }
-            await waitUntil("six callers wait") { http.statistics.callersWaiting == 6 }
-            stub.releaseResponses()
-            for twin in twins { _ = try await twin.value }
-            XCTAssertEqual(stub.requestCount(path: "/me") - before, 2, name)
-        }
-    }
-
-    /// Guarantee 40: the observer's keys name the header fields of a request, not their values.
-    func testEventsDescribeRequestsWithoutHeaderValues() async throws {
-        let stub = self.stub!
-        let log = LockedBox<[String]>([])
-        let http = makeSession(observer: { event in log.mutate { $0.append("\(event)") } })
-        _ = try await http.data(for: makeRequest(stub, "/me", headers: ["Authorization": "Bearer secret-token"]))
-        await waitUntil("the work's end was reported") { log.value.contains { $0.hasPrefix("workEnded") } }
-        XCTAssertTrue(log.value.allSatisfy { !$0.contains("secret-token") }, "\(log.value)")
-        XCTAssertTrue(log.value[0].contains("[authorization]"), log.value[0])
-    }
-
-    // MARK: Guarantee 41: only safe methods share by default
-
-    /// Guarantee 41: a POST is sent once for every caller; with a sharing key, once for all.
-    func testAPostIsSentOncePerCallerUnlessASharingKeyOptsItIn() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        stub.holdResponses()
-        let posts = (0..<3).map { _ in Task { try await http.data(for: makeRequest(stub, "/orders", method: "POST")) } }
-        await expectRequests(3)
-        stub.releaseResponses()
-        for post in posts { _ = try await post.value }
-        XCTAssertEqual(stub.requestCount(path: "/orders"), 3)
-
-        stub.holdResponses()
-        let keyed = (0..<3).map { _ in
-            Task { try await http.data(for: makeRequest(stub, "/orders", method: "POST"), sharing: .key("order-17")) }
-        }
-        await waitUntil("three callers wait") { http.statistics.callersWaiting == 3 }
-        stub.releaseResponses()
-        for post in keyed { _ = try await post.value }
-        XCTAssertEqual(stub.requestCount(path: "/orders"), 4)
-        XCTAssertEqual(stub.receivedMethods, ["POST", "POST", "POST", "POST"])
-    }
-
     // MARK: Guarantee 42: errors and bad input
-
-    /// Guarantee 42: a response's status is the response, handed to every caller as it came.
-    func testAnErrorStatusIsTheResponseForEveryCaller() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        for (path, code) in [("/missing", 404), ("/broken", 500)] {
-            let callers = await heldCallers(3, makeRequest(stub, path), through: http)
-            stub.releaseResponses()
-            for caller in callers {
-                let response = try await caller.value.1
-                XCTAssertEqual(statusCode(response), code)
-            }
-            XCTAssertEqual(stub.requestCount(path: path), 1)
-        }
-    }
 
     /// Guarantee 42: a transport error reaches every caller as the session reported it.
     func testATransportErrorReachesEveryCaller() async throws {
@@ -251,62 +138,7 @@ final class CoalescingURLSessionTests: XCTestCase {
         }
     }
 
-    /// Guarantee 42: a body over the limit fails every caller with `bodyTooLarge`, whether its
-    /// length was stated or not.
-    func testABodyOverTheLimitFailsEveryCaller() async throws {
-        let stub = self.stub!
-        let http = makeSession(maximumBodySize: 100)
-        for path in ["/large", "/large-stated"] {
-            let callers = await heldCallers(3, makeRequest(stub, path), through: http)
-            stub.releaseResponses()
-            for caller in callers {
-                do {
-                    _ = try await caller.value
-                    XCTFail("expected bodyTooLarge")
-                } catch {
-                    XCTAssertEqual(
-                        error as? HTTPCoalescingError,
-                        .bodyTooLarge(url: stub.url(for: path).absoluteString, limit: 100))
-                }
-            }
-        }
-        let small = try await http.data(for: makeRequest(stub, "/me")).0
-        XCTAssertEqual(small.count, 14)
-    }
-
-    /// Guarantee 42: a request that cannot be sent fails at once, and starts nothing.
-    func testAnInvalidRequestFailsAtOnceAndSendsNothing() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        for url in ["ftp://example.com/file", "data:text/plain,hello", "http:///path"] {
-            do {
-                _ = try await http.data(for: URLRequest(url: URL(string: url)!))
-                XCTFail("expected invalidRequest for \(url)")
-            } catch {
-                guard case HTTPCoalescingError.invalidRequest = error else { return XCTFail("\(url): \(error)") }
-            }
-        }
-        XCTAssertEqual(http.statistics.workStarted, 0)
-        XCTAssertEqual(stub.requestCount, 0)
-    }
-
     // MARK: Guarantee 43: controls per caller
-
-    /// Guarantee 43: a cancelled caller withdraws alone; the request goes on for the others.
-    func testCancellingOneCallerWithdrawsOnlyThatCaller() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        stub.holdResponses()
-        let leaving = Task { try await http.data(for: makeRequest(stub, "/me")) }
-        let staying = Task { try await http.data(for: makeRequest(stub, "/me")) }
-        await waitUntil("two callers wait") { http.statistics.callersWaiting == 2 }
-        leaving.cancel()
-        await XCTAssertThrowsCancellation(try await leaving.value)
-        stub.releaseResponses()
-        let response = try await staying.value.1
-        XCTAssertEqual(statusCode(response), 200)
-        XCTAssertEqual(stub.abandonedRequestCount, 0)
-    }
 
     /// Guarantee 43: when the last caller leaves, the data task is cancelled; under
     /// `.runToCompletion` it runs to its end.
@@ -342,46 +174,6 @@ final class CoalescingURLSessionTests: XCTestCase {
         XCTAssertFalse(http.cancel(makeRequest(stub, "/me")))
     }
 
-    /// Guarantee 43: a caller's deadline ends that caller's wait only.
-    func testADeadlineEndsOneCallersWaitOnly() async throws {
-        let stub = self.stub!
-        let clock = ManualClock()
-        let http = makeSession(clock: clock)
-        stub.holdResponses()
-        let hurried = Task { try await http.data(for: makeRequest(stub, "/me"), timeout: .seconds(1)) }
-        let patient = Task { try await http.data(for: makeRequest(stub, "/me")) }
-        await waitUntil("two callers wait") { http.statistics.callersWaiting == 2 }
-        await clock.waitForSleepers(1)
-        clock.advance(by: .seconds(1))
-        await XCTAssertThrowsCoalescingError(.timedOut, try await hurried.value)
-        stub.releaseResponses()
-        let response = try await patient.value.1
-        XCTAssertEqual(statusCode(response), 200)
-        XCTAssertEqual(http.statistics.callersTimedOut, 1)
-    }
-
-    /// Guarantee 43: every caller that asks for progress receives the transfer's, to its end,
-    /// before its response.
-    func testEveryCallerThatAsksReceivesTheTransfersProgress() async throws {
-        let stub = self.stub!
-        let http = makeSession()
-        let (first, second) = (LockedBox<[WorkProgress]>([]), LockedBox<[WorkProgress]>([]))
-        stub.holdResponses()
-        let callers = [first, second].map { seen in
-            Task {
-                try await http.data(for: makeRequest(stub, "/parts"), progress: { p in seen.mutate { $0.append(p) } })
-            }
-        }
-        await waitUntil("two callers wait") { http.statistics.callersWaiting == 2 }
-        stub.releaseResponses()
-        for caller in callers {
-            let body = try await caller.value.0
-            XCTAssertEqual(body.count, 300)
-        }
-        for seen in [first.value, second.value] {
-            XCTAssertEqual(seen.last, WorkProgress(completed: 300, total: 300), "\(seen)")
-        }
-    }
 }
 
 private func makeRequest(_ stub: HTTPStub, _ path: String, method: String = "GET", headers: [String: String] = [:])

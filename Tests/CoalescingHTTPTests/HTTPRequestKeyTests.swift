@@ -64,6 +64,15 @@ final class HTTPRequestKeyTests: XCTestCase {
         XCTAssertNotEqual(try key(sharing: .key("k1")), try key())
     }
 
+    /// Guarantee 41: a body the key cannot read (a stream) keeps its request to its caller, sharing
+    /// key or not: two such bodies cannot be told apart.
+    func testABodyTheKeyCannotReadSharesWithNobodyEvenUnderASharingKey() throws {
+        XCTAssertFalse(try key("POST", body: .unreadable, sharing: .key("k1")).shares)
+        XCTAssertNotEqual(
+            try key("POST", body: .unreadable, sharing: .key("k1")),
+            try key("POST", body: .unreadable, sharing: .key("k1")))
+    }
+
     /// Guarantee 41: the unsafe widenings do what they say, and credentials never leave the key.
     func testTheUnsafeWideningsWidenAndCredentialsStay() throws {
         let keying = HTTPKeying.standard.unsafeIgnoringHeaders(["Accept-Language"]).unsafeSharingMethods(["post"])
