@@ -38,9 +38,11 @@ final class LeaderLockTests: XCTestCase {
         let terminated = try await Database.withConnection { connection in
             try await Database.integer(
                 """
-                SELECT count(pg_terminate_backend(a.pid))::bigint FROM pg_stat_activity a
-                JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
-                WHERE a.application_name = \("probe-\(leader)")
+                SELECT count(pg_terminate_backend(pid))::bigint FROM (
+                    SELECT DISTINCT a.pid FROM pg_stat_activity a
+                    JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
+                    WHERE a.application_name = \("probe-\(leader)")
+                ) AS leaders
                 """, on: connection)
         }
         let cut = Double(Date().timeIntervalSince1970)

@@ -131,6 +131,7 @@ final class SessionMachineExplorationTests: XCTestCase {
         /// The attempt to have a session in flight, and whether its connection closed already.
         var attempt: Int?
         var attemptClosed = false
+        var endToldEarly = false
         var failedAttempts = 0
         /// The generation the statement loop serves, and the statement it runs.
         var serving: Int?
@@ -369,6 +370,7 @@ final class SessionMachineExplorationTests: XCTestCase {
                         case .connect(let generation):
                             world.attempt = generation
                             world.attemptClosed = false
+                            world.endToldEarly = false
                         case .stop: world.storageDone = true
                         }
                     }
@@ -386,7 +388,7 @@ final class SessionMachineExplorationTests: XCTestCase {
                             world.closed = false
                             world.lastLive = world.now
                             // The close callback, registered now, reports a close that came first.
-                            if world.attemptClosed {
+                            if world.attemptClosed, !world.endToldEarly {
                                 world.closed = true
                                 _ = Self.endReported(&world, generation, &failures)
                             }
@@ -415,6 +417,18 @@ final class SessionMachineExplorationTests: XCTestCase {
                         { world, _ in
                             world.losses += 1
                             world.attemptClosed = true
+                        }
+                    ))
+                // Item 4 of issue 44: the storage reports a close only once the machine knows the
+                // session; the machine must still take an end told first, as the old order did.
+                moves.append(
+                    (
+                        "session \(generation)'s end is told before it is ready",
+                        { world, failures in
+                            world.losses += 1
+                            world.attemptClosed = true
+                            world.endToldEarly = true
+                            _ = Self.endReported(&world, generation, &failures)
                         }
                     ))
             }
