@@ -800,6 +800,23 @@ final class SessionMachineExplorationTests: XCTestCase {
         for (lock, key) in live.leaders where world.held[lock] == nil {
             failures.append("the machine counts \(key) leading lock \(lock), which the session does not hold")
         }
+        // No lock outlives the request that took it: each lock the session holds is led by a step,
+        // waits for the barrier with its grant, or is on its way out (a leaked lock would block its
+        // key in every process for the session's life).
+        var accounted = Set(live.leaders.keys)
+        accounted.formUnion(live.unlocks.filter { $0.release != nil }.map(\.lock))
+        switch live.statement {
+        case .granted(let asked, let grants), .releasing(let asked, let grants, _):
+            accounted.formUnion(zip(asked, grants).filter { $0.1.lock == .granted }.map(\.0.lock))
+        case .none, .finishing, .asking:
+            break
+        }
+        if case .release(let unlocks) = world.running {
+            accounted.formUnion(unlocks.filter { $0.release != nil }.map(\.lock))
+        }
+        for lock in world.held.keys where !accounted.contains(lock) {
+            failures.append("the session holds lock \(lock), which no step leads and no release frees")
+        }
         // A watch is taken once: the machine knows the session holds it.
         for (lock, count) in world.watches where count > 1 {
             failures.append("the session holds lock \(lock)'s watch \(count) times")
