@@ -242,7 +242,7 @@ import Foundation
             // decision stands (Guarantee 2).
             return .late
         }
-        var stores = false
+        var storing: DispatchGroup?
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.state.isPrefetch, case .success(let value) = result, let timeout = prefetchTimeout, let now,
             index[work.key] === work, !work.state.callers.hasConsumer
@@ -250,7 +250,12 @@ import Foundation
             let expiry = now + timeout
             work.state.phase = .stored(value, until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
-            stores = true
+            // The task's hold on the value, until it is out of its end: a drop waits for it
+            // (Guarantee 15). Entered here, so that no drop finds it open.
+            let hold = DispatchGroup()
+            hold.enter()
+            work.state.storing = hold
+            storing = hold
         } else {
             work.state.phase = .deciding
             unindex(work)
@@ -264,7 +269,7 @@ import Foundation
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                 duration: duration))
-        return .ends(Decided(runner: work.state.runner, stopping: stopping, stores: stores))
+        return .ends(Decided(runner: work.state.runner, stopping: stopping, storing: storing))
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -318,18 +323,18 @@ import Foundation
 
     /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
     /// stored for it is dropped.
-    mutating func forget(where matches: (Key) -> Bool) -> Bool {
-        var found = false
+    mutating func forget(where matches: (Key) -> Bool) -> Forgotten {
+        var forgotten = Forgotten()
         for (key, work) in index where matches(key) {
             index[key] = nil
             switch work.stage {
-            case .running: forgotten[ObjectIdentifier(work)] = work
-            case .stored: work.dropStored()
+            case .running: self.forgotten[ObjectIdentifier(work)] = work
+            case .stored: forgotten.holds.append(work.dropStored())
             case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
-            found = true
+            forgotten.found = true
         }
-        return found
+        return forgotten
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
@@ -342,7 +347,7 @@ import Foundation
                 cancelled.works.append(work)
             case .stored:
                 index[key] = nil
-                work.dropStored()
+                cancelled.holds.append(work.dropStored())
                 cancelled.found = true
             case .deciding, .ended:
                 preconditionFailure("Machine: decided work \(work.number) was still indexed")
@@ -364,38 +369,38 @@ import Foundation
     // MARK: Priority
 
     /// Event: the caller in `slot` asks for `urgency` instead; never for a caller that left, which
-    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil). Returns
-    /// whether the work's priority must be written.
+    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil).
     @usableFromInline mutating func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?)
-        -> Bool
+        -> Reprioritization
     {
         guard let slot, case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else {
-            return false
+            return .stays
         }
         // Both, whatever the first returns: the old urgency goes, the new one comes.
         let released = work.state.release(slot)
         var raised = false
         if let urgency { raised = work.state.demand(urgency, from: slot) }
-        return raised || released
+        return Reprioritization(writes: raised || released)
     }
 
     /// Event: the waiting task in `slot` was escalated to `priority`; never for a caller that left.
-    /// Returns whether the work's priority must be written.
-    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
-        guard case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else { return false }
-        return work.state.escalate(slot, to: priority)
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Reprioritization {
+        guard case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else { return .stays }
+        let raised = work.state.escalate(slot, to: priority)
+        return Reprioritization(writes: raised)
     }
 
     /// Event: the app sets the operation's own priority, the floor under its callers'. Recorded
-    /// whatever the phase; returns whether it must be written: only while the work is in flight and
-    /// has not started.
-    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) -> Bool {
+    /// whatever the phase; written only while the work is in flight and has not started.
+    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void)
+        -> Reprioritization
+    {
         var own = work.state.priority.floor.operationPriority
         change(&own)
         work.state.priority.floor = Urgency(own)
         switch work.state.phase {
-        case .running: return !work.state.priority.isFrozen
-        case .deciding, .stored, .ended: return false
+        case .running: return Reprioritization(writes: !work.state.priority.isFrozen)
+        case .deciding, .stored, .ended: return .stays
         }
     }
 
@@ -454,7 +459,8 @@ import Foundation
             switch work.stage {
             case .stored(let expiry) where expiry <= now:
                 index[key] = nil
-                work.dropStored()
+                // Past its expiry, the task that stored it has long been out of its end.
+                _ = work.dropStored()
             case .stored(let expiry):
                 earliest = min(earliest ?? expiry, expiry)
             case .running, .deciding, .ended:
@@ -494,17 +500,21 @@ import Foundation
 }
 
 /// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
-/// and, if it `stores` its value for a consumer, a timer for the value's expiry.
+/// and, if it stores its value for a consumer, a timer for the value's expiry, and the task's
+/// hold on the value (`storing`), to leave once the task is out of its end.
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
-    @usableFromInline let stores: Bool
+    @usableFromInline let storing: DispatchGroup?
 
-    @inlinable init(runner: Runner<Value>, stopping: Bool, stores: Bool = false) {
+    @inlinable init(runner: Runner<Value>, stopping: Bool, storing: DispatchGroup? = nil) {
         self.runner = runner
         self.stopping = stopping
-        self.stores = stores
+        self.storing = storing
     }
+
+    /// Whether the value is stored for a consumer.
+    @inlinable var stores: Bool { storing != nil }
 }
 
 /// What settling a work hands out: its callers, served with its result, and tasks that parked
@@ -534,11 +544,28 @@ import Foundation
     case none
 }
 
-/// What cancelling by key decided: the work to decide as cancelled, and whether anything, work
-/// or a stored result, was found.
+/// What cancelling by key decided: the work to decide as cancelled, whether anything, work or a
+/// stored result, was found, and the holds on the dropped results to wait for (Guarantee 15).
 struct CancelledAll<Key: Hashable & Sendable> {
     var works: [AnyWork<Key>] = []
     var found = false
+    var holds: [DispatchGroup?] = []
+}
+
+/// What forgetting by key decided: whether anything was found, and the holds on the dropped
+/// results to wait for (Guarantee 15).
+struct Forgotten {
+    var found = false
+    var holds: [DispatchGroup?] = []
+}
+
+/// What a change under a work's priority decided (a caller's urgency, a task's escalation, the
+/// app's floor): the work's priority is written, or stays as it is.
+@usableFromInline enum Reprioritization {
+    case writes
+    case stays
+
+    @inlinable init(writes: Bool) { self = writes ? .writes : .stays }
 }
 
 /// What the stall threshold's passing decided: nothing, or a stall reported with its callers.

@@ -19,8 +19,9 @@ import Foundation
     /// Where the work stands, its stored value left out.
     @usableFromInline var stage: Stage { preconditionFailure("AnyWork is abstract") }
 
-    /// Ends a stored result's wait: taken, expired or dropped. The value goes with its phase.
-    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
+    /// Ends a stored result's wait: expired or dropped. The value goes with its phase; returns
+    /// the hold of the task that stored it, which a drop waits for (Guarantee 15).
+    @usableFromInline func dropStored() -> DispatchGroup? { preconditionFailure("AnyWork is abstract") }
 
     /// Cancels the work for all its callers.
     func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
@@ -52,7 +53,10 @@ import Foundation
         }
     }
 
-    @usableFromInline override func dropStored() { state.phase = .ended }
+    @usableFromInline override func dropStored() -> DispatchGroup? {
+        state.phase = .ended
+        return state.storing
+    }
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
@@ -73,6 +77,9 @@ import Foundation
     @usableFromInline var progress: WorkProgress?
     /// Whether a prefetch ever joined: the value is then stored if no consumer waits for it.
     @usableFromInline var isPrefetch = false
+    /// Once its value is stored, the hold of the task that ran the work, which has the value until
+    /// it is out of its end; left then.
+    @usableFromInline var storing: DispatchGroup?
 
     @inlinable init(runner: Runner<Value>, priority: PriorityState) {
         (self.runner, self.priority) = (runner, priority)
