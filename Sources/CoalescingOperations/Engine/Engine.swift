@@ -334,8 +334,9 @@ import Foundation
     ///
     /// One thread writes at a time; the others only change the target, which the writer picks
     /// up before it lets go. An operation's start waits for a write in progress, so that nothing
-    /// changes the priority once the work has started.
-    @usableFromInline func applyPriority<Value>(of work: Work<Key, Value>) {
+    /// changes the priority once the work has started. Inlinable, with the machine's two events:
+    /// unspecialized, a join that raised the priority looked the work's state up at run time.
+    @inlinable func applyPriority<Value>(of work: Work<Key, Value>) {
         // Entered after the lock: a start in between waits for nothing, and the writer's
         // `nextPriority` then finds the work started and writes nothing.
         guard let writer = state.withLock({ $0.claimWriting(work) }) else { return }

@@ -407,7 +407,7 @@ import Foundation
     /// Event: a thread offers to write the work's priority. It writes if no other thread is
     /// writing, and the work is in flight and has not started: it gets the group that an
     /// operation's start waits on, made only then, so that a write that loses costs no allocation.
-    mutating func claimWriting<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
+    @inlinable mutating func claimWriting<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
         guard case .running = work.state.phase, work.state.priority.writer == nil, !work.state.priority.isFrozen
         else { return nil }
         let writer = DispatchGroup()
@@ -416,7 +416,7 @@ import Foundation
     }
 
     /// Event: the writer asks what to write next; `done` lets go of the right to write.
-    mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
+    @inlinable mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
         let next = work.state.target
         guard case .running = work.state.phase, !work.state.priority.isFrozen, next != work.state.priority.applied
         else {
@@ -575,7 +575,7 @@ enum Stall {
 }
 
 /// What the writer writes next: an urgency to whatever runs the work, or nothing, letting go.
-enum NextWrite<Value: Sendable> {
+@usableFromInline enum NextWrite<Value: Sendable> {
     case write(Urgency, to: Runner<Value>)
     case done
 }

@@ -167,7 +167,7 @@ import Foundation
         }
     }
 
-    func prioritize(_ urgency: Urgency) {
+    @usableFromInline func prioritize(_ urgency: Urgency) {
         switch self {
         case .operation(let operation): operation.write(urgency.operationPriority)
         case .task(let task): Controls.escalate(task, to: urgency.taskPriority)
