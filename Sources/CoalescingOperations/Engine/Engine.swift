@@ -97,7 +97,8 @@ import Foundation
                 // that it is stored, and nothing on their way keeps it; a drop of the value waits
                 // for this task's hold on it, left only now (Guarantee 15).
                 if let stored {
-                    stored.storing?.leave()
+                    let hold = state.withLock { $0.handOver(work) }
+                    hold?.leave()
                     carryOut(.ends(stored), of: work, with: .failure(StoredForAConsumer()))
                 }
             }
@@ -350,14 +351,6 @@ import Foundation
         deliverEvents()
     }
 
-    /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
-    /// progress; returns whether the work is still in flight, so that its operation runs.
-    func begin<Value>(_ work: Work<Key, Value>) -> Bool {
-        let begun = state.withLock { $0.begin(work) }
-        begun.after?.wait()
-        return begun.runs
-    }
-
     // MARK: Timers
 
     /// Withdraws the caller in `slot` with ``CoalescingError/timedOut`` once `timeout` has
@@ -459,6 +452,15 @@ extension Engine where Key == OperationKey {
             let taken = operation.take(plan.work, of: self, slot: plan.slot, queued: queued, admitting: queued)
             return machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer)
         }
+    }
+
+    /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
+    /// progress; returns whether the work is still in flight, so that its operation runs. Through
+    /// the work's own ``AnyWork/begin``, specialized where the work was made.
+    func begin(_ work: AnyWork<OperationKey>) -> Bool {
+        let begun = state.withLock { work.begin(&$0, work) }
+        begun.after?.wait()
+        return begun.runs
     }
 
     // MARK: The deprecated hand-join: its machine's step, `planJoiningByHand`, is in Deprecations.swift

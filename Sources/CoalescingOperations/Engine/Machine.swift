@@ -242,7 +242,7 @@ import Foundation
             // decision stands (Guarantee 2).
             return .late
         }
-        var storing: DispatchGroup?
+        var stores = false
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.state.isPrefetch, case .success(let value) = result, let timeout = prefetchTimeout, let now,
             index[work.key] === work, !work.state.callers.hasConsumer
@@ -252,10 +252,9 @@ import Foundation
             nextExpiry = min(nextExpiry ?? expiry, expiry)
             // The task's hold on the value, until it is out of its end: a drop waits for it
             // (Guarantee 15). Entered here, so that no drop finds it open.
-            let hold = DispatchGroup()
-            hold.enter()
-            work.state.storing = hold
-            storing = hold
+            work.state.storing = DispatchGroup()
+            work.state.storing!.enter()
+            stores = true
         } else {
             work.state.phase = .deciding
             unindex(work)
@@ -269,7 +268,7 @@ import Foundation
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                 duration: duration))
-        return .ends(Decided(runner: work.state.runner, stopping: stopping, storing: storing))
+        return .ends(Decided(runner: work.state.runner, stopping: stopping, stores: stores))
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -358,6 +357,14 @@ import Foundation
         return cancelled
     }
 
+    /// Event: the task that stored `work`'s value is out of its end and holds nothing of it. Returns
+    /// its hold, to leave, which a drop of the value may be waiting for (Guarantee 15).
+    @usableFromInline mutating func handOver<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
+        let hold = work.state.storing
+        work.state.storing = nil
+        return hold
+    }
+
     /// Event: the stall threshold passed since `work` started.
     mutating func stalled<Value>(_ work: Work<Key, Value>, after threshold: Duration) -> Stall {
         // Reported while it runs with callers waiting; quiet if nobody waits, or it ended in time.
@@ -431,7 +438,7 @@ import Foundation
 
     /// Event: the work's operation starts; its priority moves no more. It runs only if the work
     /// is in flight, after the write on its way, if any.
-    mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
+    @inlinable mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
         work.state.priority.isFrozen = true
         switch work.state.phase {
         case .running: return Begun(runs: true, after: work.state.priority.writer)
@@ -500,21 +507,17 @@ import Foundation
 }
 
 /// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
-/// and, if it stores its value for a consumer, a timer for the value's expiry, and the task's
-/// hold on the value (`storing`), to leave once the task is out of its end.
+/// and, if it `stores` its value for a consumer, a timer for the value's expiry.
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
-    @usableFromInline let storing: DispatchGroup?
+    @usableFromInline let stores: Bool
 
-    @inlinable init(runner: Runner<Value>, stopping: Bool, storing: DispatchGroup? = nil) {
+    @inlinable init(runner: Runner<Value>, stopping: Bool, stores: Bool = false) {
         self.runner = runner
         self.stopping = stopping
-        self.storing = storing
+        self.stores = stores
     }
-
-    /// Whether the value is stored for a consumer.
-    @inlinable var stores: Bool { storing != nil }
 }
 
 /// What settling a work hands out: its callers, served with its result, and tasks that parked
@@ -582,7 +585,9 @@ enum Stall {
 
 /// What an operation's start decided: whether it runs its work (or skips it, the result was
 /// decided), once the priority write on its way, if any, is done.
-struct Begun {
-    let runs: Bool
-    let after: DispatchGroup?
+@usableFromInline struct Begun {
+    @usableFromInline let runs: Bool
+    @usableFromInline let after: DispatchGroup?
+
+    @inlinable init(runs: Bool, after: DispatchGroup?) { (self.runs, self.after) = (runs, after) }
 }

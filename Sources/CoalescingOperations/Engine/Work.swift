@@ -11,9 +11,16 @@ import Foundation
     @usableFromInline let policy: AbandonedWorkPolicy
     /// When the work started, on its coalescer's clock; only kept where events need the time.
     @usableFromInline let startedAt: Duration?
+    /// Its operation's start (``Machine/begin(_:)``), made with the work, where its `Value` is
+    /// known: Foundation starts operations through code that knows no `Value`, where the start
+    /// looked the work's state up at run time, ~1,300 instructions an operation (BENCHMARKS.md).
+    @usableFromInline let begin: (inout Machine<Key>, AnyWork<Key>) -> Begun
 
-    @inlinable init(key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?) {
-        (self.key, self.number, self.policy, self.startedAt) = (key, number, policy, startedAt)
+    @inlinable init(
+        key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?,
+        begin: @escaping (inout Machine<Key>, AnyWork<Key>) -> Begun
+    ) {
+        (self.key, self.number, self.policy, self.startedAt, self.begin) = (key, number, policy, startedAt, begin)
     }
 
     /// Where the work stands, its stored value left out.
@@ -41,7 +48,9 @@ import Foundation
     ) {
         let risesOnly = if case .operation = runner { false } else { true }
         state = WorkState(runner: runner, priority: PriorityState(floor: floor, risesOnly: risesOnly))
-        super.init(key: key, number: number, policy: policy, startedAt: startedAt)
+        super.init(key: key, number: number, policy: policy, startedAt: startedAt) { machine, work in
+            machine.begin(unsafeDowncast(work, to: Work<Key, Value>.self))
+        }
     }
 
     @usableFromInline override var stage: Stage {
