@@ -523,8 +523,8 @@ private final class World {
         case .raise(let i):
             callers[i].raised = true
             let record = callers[i]
-            let writes = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
-            if writes { sendWriter(record.work!) }
+            let reprioritization = machine.reprioritize(works[record.work!], slot: record.slot, to: urgency(of: i))
+            if case .writes = reprioritization { sendWriter(record.work!) }
         case .report:
             reportsMade += 1
             let starting = machine.report(WorkProgress(completed: Int64(reportsMade), total: 2), for: works[0])
@@ -564,7 +564,7 @@ private final class World {
             begin(work)
         case .setFloor:
             floorsSet += 1
-            let writes = machine.setFloor(of: works[0]) { priority in
+            let floorChange = machine.setFloor(of: works[0]) { priority in
                 if floorsSet == 1 {
                     priority.qualityOfService = .userInitiated
                 } else {
@@ -574,6 +574,7 @@ private final class World {
             if works[0].state.priority.floor != Self.floors[floorsSet] {
                 fail("work 0's floor is \(works[0].state.priority.floor), not what the app set (Guarantee 19)")
             }
+            let writes = floorChange == .writes
             if writes == (hasStarted(0) || isDecided(0)) {
                 fail("setting the floor of work 0 said writes \(writes) (Guarantee 19)")
             }
@@ -738,9 +739,13 @@ private final class World {
         let hadStored = stored != nil
         switch scenario.control! {
         case .forget:
-            let found = machine.forget(where: { $0 == "k" })
+            let forgotten = machine.forget(where: { $0 == "k" })
+            let found = forgotten.found
             if found != (expectedIndexed != nil) {
                 fail("forget(key:) found \(found) with work \(expectedIndexed ?? -1) indexed (Guarantee 16)")
+            }
+            if forgotten.holds.count != (hadStored ? 1 : 0) {
+                fail("forget(key:) waits for \(forgotten.holds.count) values, dropping \(hadStored) (Guarantee 15)")
             }
             if indexedRunning != nil { forgot = true }
             (expectedIndexed, stored) = (nil, nil)
@@ -755,6 +760,9 @@ private final class World {
             }
             if cancelled.found != (!expected.isEmpty || hadStored) {
                 fail("cancelling found \(cancelled.found) (Guarantees 13 and 15)")
+            }
+            if cancelled.holds.count != (hadStored ? 1 : 0) {
+                fail("cancelling waits for \(cancelled.holds.count) values, having dropped \(hadStored) (Guarantee 15)")
             }
             if hadStored { (stored, expectedIndexed) = (nil, nil) }
             for index in indices {
@@ -1339,7 +1347,7 @@ private final class World {
 
     /// The fields of a work's state and of its parts, and of the machine, that the key hashes.
     static let hashedFields = [
-        "WorkState": ["phase", "runner", "callers", "priority", "calls", "progress", "isPrefetch"],
+        "WorkState": ["phase", "runner", "callers", "priority", "calls", "progress", "isPrefetch", "storing"],
         "Callers": ["entries", "queues", "live", "arrivals", "unparked"],
         "Slot": ["caller", "demand"],
         "PriorityState": ["floor", "applied", "risesOnly", "writer", "isFrozen"],
@@ -1414,6 +1422,7 @@ private final class World {
         }
         h.combine(state.progress?.completed)
         h.combine(state.isPrefetch)
+        h.combine(state.storing != nil)
     }
 
     private static func code(_ urgency: Urgency) -> Int { Int(urgency.queue) * 256 + Int(urgency.service) }

@@ -215,6 +215,52 @@ final class PrefetchableTaskCoalescerTests: XCTestCase {
         }
     }
 
+    /// Guarantee 15's "until", raced: a drop that lands just after the prefetch's end stored the
+    /// value, while the prefetch's own task is still on its way out, leaves nothing of the value
+    /// alive once it returns. Two racers at once, each spinning until the value is stored and
+    /// dropping it at once, thousands of times per control; half the coalescers observed.
+    func testNoDroppedValueOutlivesADropThatRacesThePrefetchsEnd() {
+        let racesPerControl = 2_500
+        let observe: @Sendable (CoalescingEvent<String>) -> Void = { _ in }
+        for control in ["cancel(key:)", "cancelAll()", "forget(key:)"] {
+            let problems = LockedBox<[String]>([])
+            let raced = LockedBox(0)
+            DispatchQueue.concurrentPerform(iterations: 2) { racer in
+                for run in 0..<racesPerControl / 2 {
+                    let coalescer = PrefetchableTaskCoalescer<String, Prefetched>(
+                        prefetchTimeout: .seconds(60), observer: run.isMultiple(of: 2) ? observe : nil)
+                    let weak = LockedBox(WeakPrefetched())
+                    let prefetched = DispatchSemaphore(value: 0)
+                    let finished = LockedBox(false)
+                    Task {
+                        try? await coalescer.prefetch(key: "feed") {
+                            let value = Prefetched()
+                            weak.value = WeakPrefetched(value: value)
+                            return value
+                        }
+                        finished.value = true
+                        prefetched.signal()
+                    }
+                    // Until the decision has stored it: the drop then races the task's way out.
+                    while coalescer.storedCount == 0, !finished.value {}
+                    let found =
+                        switch control {
+                        case "cancel(key:)": coalescer.cancel(key: "feed")
+                        case "cancelAll()": coalescer.cancelAll()
+                        default: coalescer.forget(key: "feed")
+                        }
+                    if found, weak.value.value != nil {
+                        problems.mutate { $0.append("racer \(racer), run \(run): the value lives") }
+                    }
+                    if found { raced.mutate { $0 += 1 } }
+                    prefetched.wait()
+                }
+            }
+            XCTAssertEqual(problems.value, [], "\(control) returned with the dropped value alive")
+            XCTAssertEqual(raced.value, racesPerControl, "\(control) found no stored value to drop")
+        }
+    }
+
     func testCancelAllDropsEveryResultAndCancelsAllWork() async throws {
         let runs = self.runs
         let coalescer = makeCoalescer()

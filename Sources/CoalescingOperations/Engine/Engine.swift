@@ -94,8 +94,13 @@ import Foundation
                     stored = endUnlessStored(work, with: .failure(error))
                 }
                 // Carried out once this task holds nothing of the value: the prefetchers hear
-                // that it is stored, and nothing on their way keeps it (Guarantee 15).
-                if let stored { carryOut(.ends(stored), of: work, with: .failure(StoredForAConsumer())) }
+                // that it is stored, and nothing on their way keeps it; a drop of the value waits
+                // for this task's hold on it, left only now (Guarantee 15).
+                if let stored {
+                    let hold = state.withLock { $0.handOver(work) }
+                    hold?.leave()
+                    carryOut(.ends(stored), of: work, with: .failure(StoredForAConsumer()))
+                }
             }
             machine.assign(task, to: work)
             return arrival
@@ -219,12 +224,18 @@ import Foundation
         let cancelled = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
         for work in cancelled.works { work.cancel(in: self) }
         deliverEvents()
+        // The tasks that stored the dropped values run no user code before they let go of them.
+        for case let hold? in cancelled.holds { hold.wait() }
         return cancelled.found
     }
 
-    /// Forgets the work in flight under every key that `matches`; returns whether there was any.
+    /// Forgets the work in flight under every key that `matches`, and drops stored results;
+    /// returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
-        state.withLock { $0.forget(where: matches) }
+        let forgotten = state.withLock { $0.forget(where: matches) }
+        // Once the tasks that stored the dropped values hold nothing of them (Guarantee 15).
+        for case let hold? in forgotten.holds { hold.wait() }
+        return forgotten.found
     }
 
     // MARK: Progress
@@ -304,28 +315,29 @@ import Foundation
 
     /// Changes the urgency the caller in `slot` asks for; nothing once it has left (Guarantee 19).
     @usableFromInline func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?) {
-        let writes = state.withLock { $0.reprioritize(work, slot: slot, to: urgency) }
-        if writes { applyPriority(of: work) }
+        let reprioritization = state.withLock { $0.reprioritize(work, slot: slot, to: urgency) }
+        if case .writes = reprioritization { applyPriority(of: work) }
     }
 
     /// A waiting task caller was escalated to `priority`.
     @usableFromInline func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) {
-        let writes = state.withLock { $0.escalate(work, slot: slot, to: priority) }
-        if writes { applyPriority(of: work) }
+        let escalation = state.withLock { $0.escalate(work, slot: slot, to: priority) }
+        if case .writes = escalation { applyPriority(of: work) }
     }
 
     /// Sets the floor under the callers' priorities: what the app set on the operation itself.
     func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) {
-        let writes = state.withLock { $0.setFloor(of: work, change) }
-        if writes { applyPriority(of: work) }
+        let floorChange = state.withLock { $0.setFloor(of: work, change) }
+        if case .writes = floorChange { applyPriority(of: work) }
     }
 
     /// Writes the work's priority to whatever runs it until it matches what its callers ask.
     ///
     /// One thread writes at a time; the others only change the target, which the writer picks
     /// up before it lets go. An operation's start waits for a write in progress, so that nothing
-    /// changes the priority once the work has started.
-    @usableFromInline func applyPriority<Value>(of work: Work<Key, Value>) {
+    /// changes the priority once the work has started. Inlinable, with the machine's two events:
+    /// unspecialized, a join that raised the priority looked the work's state up at run time.
+    @inlinable func applyPriority<Value>(of work: Work<Key, Value>) {
         // Entered after the lock: a start in between waits for nothing, and the writer's
         // `nextPriority` then finds the work started and writes nothing.
         guard let writer = state.withLock({ $0.claimWriting(work) }) else { return }
@@ -337,14 +349,6 @@ import Foundation
         }
         writer.leave()
         deliverEvents()
-    }
-
-    /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
-    /// progress; returns whether the work is still in flight, so that its operation runs.
-    func begin<Value>(_ work: Work<Key, Value>) -> Bool {
-        let begun = state.withLock { $0.begin(work) }
-        begun.after?.wait()
-        return begun.runs
     }
 
     // MARK: Timers
@@ -448,6 +452,15 @@ extension Engine where Key == OperationKey {
             let taken = operation.take(plan.work, of: self, slot: plan.slot, queued: queued, admitting: queued)
             return machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer)
         }
+    }
+
+    /// The work's operation starts: from now on nothing changes its priority. Waits for a write in
+    /// progress; returns whether the work is still in flight, so that its operation runs. Through
+    /// the work's own ``AnyWork/begin``, specialized where the work was made.
+    func begin(_ work: AnyWork<OperationKey>) -> Bool {
+        let begun = state.withLock { work.begin(&$0, work) }
+        begun.after?.wait()
+        return begun.runs
     }
 
     // MARK: The deprecated hand-join: its machine's step, `planJoiningByHand`, is in Deprecations.swift

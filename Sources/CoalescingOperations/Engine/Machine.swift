@@ -250,6 +250,10 @@ import Foundation
             let expiry = now + timeout
             work.state.phase = .stored(value, until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
+            // The task's hold on the value, until it is out of its end: a drop waits for it
+            // (Guarantee 15). Entered here, so that no drop finds it open.
+            work.state.storing = DispatchGroup()
+            work.state.storing!.enter()
             stores = true
         } else {
             work.state.phase = .deciding
@@ -318,18 +322,18 @@ import Foundation
 
     /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
     /// stored for it is dropped.
-    mutating func forget(where matches: (Key) -> Bool) -> Bool {
-        var found = false
+    mutating func forget(where matches: (Key) -> Bool) -> Forgotten {
+        var forgotten = Forgotten()
         for (key, work) in index where matches(key) {
             index[key] = nil
             switch work.stage {
-            case .running: forgotten[ObjectIdentifier(work)] = work
-            case .stored: work.dropStored()
+            case .running: self.forgotten[ObjectIdentifier(work)] = work
+            case .stored: forgotten.holds.append(work.dropStored())
             case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
-            found = true
+            forgotten.found = true
         }
-        return found
+        return forgotten
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
@@ -342,7 +346,7 @@ import Foundation
                 cancelled.works.append(work)
             case .stored:
                 index[key] = nil
-                work.dropStored()
+                cancelled.holds.append(work.dropStored())
                 cancelled.found = true
             case .deciding, .ended:
                 preconditionFailure("Machine: decided work \(work.number) was still indexed")
@@ -351,6 +355,14 @@ import Foundation
         if includingForgotten { cancelled.works += forgotten.values }
         if !cancelled.works.isEmpty { cancelled.found = true }
         return cancelled
+    }
+
+    /// Event: the task that stored `work`'s value is out of its end and holds nothing of it. Returns
+    /// its hold, to leave, which a drop of the value may be waiting for (Guarantee 15).
+    @usableFromInline mutating func handOver<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
+        let hold = work.state.storing
+        work.state.storing = nil
+        return hold
     }
 
     /// Event: the stall threshold passed since `work` started.
@@ -364,45 +376,45 @@ import Foundation
     // MARK: Priority
 
     /// Event: the caller in `slot` asks for `urgency` instead; never for a caller that left, which
-    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil). Returns
-    /// whether the work's priority must be written.
+    /// took its urgency with it (Guarantee 19), or the operation's missing caller (nil).
     @usableFromInline mutating func reprioritize<Value>(_ work: Work<Key, Value>, slot: Int?, to urgency: Urgency?)
-        -> Bool
+        -> Reprioritization
     {
         guard let slot, case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else {
-            return false
+            return .stays
         }
         // Both, whatever the first returns: the old urgency goes, the new one comes.
         let released = work.state.release(slot)
         var raised = false
         if let urgency { raised = work.state.demand(urgency, from: slot) }
-        return raised || released
+        return Reprioritization(writes: raised || released)
     }
 
     /// Event: the waiting task in `slot` was escalated to `priority`; never for a caller that left.
-    /// Returns whether the work's priority must be written.
-    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Bool {
-        guard case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else { return false }
-        return work.state.escalate(slot, to: priority)
+    mutating func escalate<Value>(_ work: Work<Key, Value>, slot: Int, to priority: TaskPriority) -> Reprioritization {
+        guard case .running = work.state.phase, work.state.callers.entries[slot].caller.waits else { return .stays }
+        let raised = work.state.escalate(slot, to: priority)
+        return Reprioritization(writes: raised)
     }
 
     /// Event: the app sets the operation's own priority, the floor under its callers'. Recorded
-    /// whatever the phase; returns whether it must be written: only while the work is in flight and
-    /// has not started.
-    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void) -> Bool {
+    /// whatever the phase; written only while the work is in flight and has not started.
+    mutating func setFloor<Value>(of work: Work<Key, Value>, _ change: (inout OperationPriority) -> Void)
+        -> Reprioritization
+    {
         var own = work.state.priority.floor.operationPriority
         change(&own)
         work.state.priority.floor = Urgency(own)
         switch work.state.phase {
-        case .running: return !work.state.priority.isFrozen
-        case .deciding, .stored, .ended: return false
+        case .running: return Reprioritization(writes: !work.state.priority.isFrozen)
+        case .deciding, .stored, .ended: return .stays
         }
     }
 
     /// Event: a thread offers to write the work's priority. It writes if no other thread is
     /// writing, and the work is in flight and has not started: it gets the group that an
     /// operation's start waits on, made only then, so that a write that loses costs no allocation.
-    mutating func claimWriting<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
+    @inlinable mutating func claimWriting<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
         guard case .running = work.state.phase, work.state.priority.writer == nil, !work.state.priority.isFrozen
         else { return nil }
         let writer = DispatchGroup()
@@ -411,7 +423,7 @@ import Foundation
     }
 
     /// Event: the writer asks what to write next; `done` lets go of the right to write.
-    mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
+    @inlinable mutating func nextPriority<Value>(of work: Work<Key, Value>) -> NextWrite<Value> {
         let next = work.state.target
         guard case .running = work.state.phase, !work.state.priority.isFrozen, next != work.state.priority.applied
         else {
@@ -426,7 +438,7 @@ import Foundation
 
     /// Event: the work's operation starts; its priority moves no more. It runs only if the work
     /// is in flight, after the write on its way, if any.
-    mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
+    @inlinable mutating func begin<Value>(_ work: Work<Key, Value>) -> Begun {
         work.state.priority.isFrozen = true
         switch work.state.phase {
         case .running: return Begun(runs: true, after: work.state.priority.writer)
@@ -454,7 +466,8 @@ import Foundation
             switch work.stage {
             case .stored(let expiry) where expiry <= now:
                 index[key] = nil
-                work.dropStored()
+                // Past its expiry, the task that stored it has long been out of its end.
+                _ = work.dropStored()
             case .stored(let expiry):
                 earliest = min(earliest ?? expiry, expiry)
             case .running, .deciding, .ended:
@@ -534,11 +547,28 @@ import Foundation
     case none
 }
 
-/// What cancelling by key decided: the work to decide as cancelled, and whether anything, work
-/// or a stored result, was found.
+/// What cancelling by key decided: the work to decide as cancelled, whether anything, work or a
+/// stored result, was found, and the holds on the dropped results to wait for (Guarantee 15).
 struct CancelledAll<Key: Hashable & Sendable> {
     var works: [AnyWork<Key>] = []
     var found = false
+    var holds: [DispatchGroup?] = []
+}
+
+/// What forgetting by key decided: whether anything was found, and the holds on the dropped
+/// results to wait for (Guarantee 15).
+struct Forgotten {
+    var found = false
+    var holds: [DispatchGroup?] = []
+}
+
+/// What a change under a work's priority decided (a caller's urgency, a task's escalation, the
+/// app's floor): the work's priority is written, or stays as it is.
+@usableFromInline enum Reprioritization {
+    case writes
+    case stays
+
+    @inlinable init(writes: Bool) { self = writes ? .writes : .stays }
 }
 
 /// What the stall threshold's passing decided: nothing, or a stall reported with its callers.
@@ -548,14 +578,16 @@ enum Stall {
 }
 
 /// What the writer writes next: an urgency to whatever runs the work, or nothing, letting go.
-enum NextWrite<Value: Sendable> {
+@usableFromInline enum NextWrite<Value: Sendable> {
     case write(Urgency, to: Runner<Value>)
     case done
 }
 
 /// What an operation's start decided: whether it runs its work (or skips it, the result was
 /// decided), once the priority write on its way, if any, is done.
-struct Begun {
-    let runs: Bool
-    let after: DispatchGroup?
+@usableFromInline struct Begun {
+    @usableFromInline let runs: Bool
+    @usableFromInline let after: DispatchGroup?
+
+    @inlinable init(runs: Bool, after: DispatchGroup?) { (self.runs, self.after) = (runs, after) }
 }

@@ -55,7 +55,7 @@ import Foundation
     var taskPriority: TaskPriority { TaskPriority(rawValue: service) }
 
     /// The public form, for the observer: a task's priority, or an operation's.
-    func event(rising: Bool) -> WorkPriority {
+    @usableFromInline func event(rising: Bool) -> WorkPriority {
         rising ? .task(taskPriority) : .operation(operationPriority)
     }
 }
@@ -71,7 +71,7 @@ import Foundation
     /// A task's priority only ever rises, so nothing is kept per caller.
     @usableFromInline let risesOnly: Bool
     /// The thread writing the priority, if one is; the operation's start waits for it.
-    var writer: DispatchGroup?
+    @usableFromInline var writer: DispatchGroup?
     /// Set when the operation starts: its priority no longer moves.
     @usableFromInline var isFrozen = false
 
@@ -82,7 +82,7 @@ import Foundation
 
 extension WorkState {
     /// The priority the work should have.
-    var target: Urgency {
+    @inlinable var target: Urgency {
         var target = priority.floor
         for slot in callers.entries {
             if let demand = slot.demand { target = target.raised(to: demand) }

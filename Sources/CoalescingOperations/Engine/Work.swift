@@ -11,16 +11,24 @@ import Foundation
     @usableFromInline let policy: AbandonedWorkPolicy
     /// When the work started, on its coalescer's clock; only kept where events need the time.
     @usableFromInline let startedAt: Duration?
+    /// Its operation's start (``Machine/begin(_:)``), made with the work, where its `Value` is
+    /// known: Foundation starts operations through code that knows no `Value`, where the start
+    /// looked the work's state up at run time, ~1,300 instructions an operation (BENCHMARKS.md).
+    @usableFromInline let begin: (inout Machine<Key>, AnyWork<Key>) -> Begun
 
-    @inlinable init(key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?) {
-        (self.key, self.number, self.policy, self.startedAt) = (key, number, policy, startedAt)
+    @inlinable init(
+        key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?,
+        begin: @escaping (inout Machine<Key>, AnyWork<Key>) -> Begun
+    ) {
+        (self.key, self.number, self.policy, self.startedAt, self.begin) = (key, number, policy, startedAt, begin)
     }
 
     /// Where the work stands, its stored value left out.
     @usableFromInline var stage: Stage { preconditionFailure("AnyWork is abstract") }
 
-    /// Ends a stored result's wait: taken, expired or dropped. The value goes with its phase.
-    @usableFromInline func dropStored() { preconditionFailure("AnyWork is abstract") }
+    /// Ends a stored result's wait: expired or dropped. The value goes with its phase; returns
+    /// the hold of the task that stored it, which a drop waits for (Guarantee 15).
+    @usableFromInline func dropStored() -> DispatchGroup? { preconditionFailure("AnyWork is abstract") }
 
     /// Cancels the work for all its callers.
     func cancel(in engine: Engine<Key>) { preconditionFailure("AnyWork is abstract") }
@@ -40,7 +48,9 @@ import Foundation
     ) {
         let risesOnly = if case .operation = runner { false } else { true }
         state = WorkState(runner: runner, priority: PriorityState(floor: floor, risesOnly: risesOnly))
-        super.init(key: key, number: number, policy: policy, startedAt: startedAt)
+        super.init(key: key, number: number, policy: policy, startedAt: startedAt) { machine, work in
+            machine.begin(unsafeDowncast(work, to: Work<Key, Value>.self))
+        }
     }
 
     @usableFromInline override var stage: Stage {
@@ -52,7 +62,10 @@ import Foundation
         }
     }
 
-    @usableFromInline override func dropStored() { state.phase = .ended }
+    @usableFromInline override func dropStored() -> DispatchGroup? {
+        state.phase = .ended
+        return state.storing
+    }
 
     override func cancel(in engine: Engine<Key>) {
         engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
@@ -73,6 +86,9 @@ import Foundation
     @usableFromInline var progress: WorkProgress?
     /// Whether a prefetch ever joined: the value is then stored if no consumer waits for it.
     @usableFromInline var isPrefetch = false
+    /// Once its value is stored, the hold of the task that ran the work, which has the value until
+    /// it is out of its end; left then.
+    @usableFromInline var storing: DispatchGroup?
 
     @inlinable init(runner: Runner<Value>, priority: PriorityState) {
         (self.runner, self.priority) = (runner, priority)
@@ -160,7 +176,7 @@ import Foundation
         }
     }
 
-    func prioritize(_ urgency: Urgency) {
+    @usableFromInline func prioritize(_ urgency: Urgency) {
         switch self {
         case .operation(let operation): operation.write(urgency.operationPriority)
         case .task(let task): Controls.escalate(task, to: urgency.taskPriority)
