@@ -96,28 +96,42 @@ public final class LoopbackServer: @unchecked Sendable {
     /// - Parameter handler: Answers each request, on the connection's thread; it may block.
     public init(handler: @escaping @Sendable (Request) -> Response) {
         self.handler = handler
-        let listener = socket(AF_INET, Self.streamSocket, 0)
+        guard let (listener, port) = Self.listening(backlog: 64) else {
+            preconditionFailure("LoopbackServer: socket, bind or listen failed")
+        }
         self.listener = listener
-        precondition(listener >= 0, "LoopbackServer: socket() failed")
+        self.port = port
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    deinit { stop() }
+
+    /// A TCP socket listening on an unused port of 127.0.0.1, and that port; nil if it cannot be had.
+    ///
+    /// - Parameter backlog: How many connections may wait to be accepted.
+    /// - Returns: The socket's descriptor and its port.
+    public static func listening(backlog: Int32) -> (descriptor: Int32, port: Int)? {
+        let descriptor = socket(AF_INET, streamSocket, 0)
+        guard descriptor >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = 0
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        precondition(bound == 0 && listen(listener, 64) == 0, "LoopbackServer: bind or listen failed")
+        guard bound == 0, listen(descriptor, backlog) == 0 else {
+            _ = close(descriptor)
+            return nil
+        }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
         }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        Thread.detachNewThread { [self] in acceptLoop() }
+        return (descriptor, Int(UInt16(bigEndian: address.sin_port)))
     }
-
-    deinit { stop() }
 
     /// The URL of `path` on this server.
     ///
