@@ -393,6 +393,16 @@ def floor(url, psql, server, listening, seconds):
             "values/s": in_window / elapsed, "load": load, "heard": heard, "values": transactions}
 
 
+def end_fleet(fleet, psql, server, existing, before, index):
+    """Ends a fleet's probes and drops its table: their outputs, how many were killed, and the
+    commits of the run (the script's own psql calls taken off)."""
+    texts, killed = fleet.end(time.time() + CAP_SECONDS)
+    server.settle(existing)
+    after, now = psql.commits()
+    psql(f"DROP TABLE IF EXISTS {fleet.table}; DROP SEQUENCE IF EXISTS {fleet.table}_seq")
+    return texts, killed, after - before - psql.per_call * (now - index)
+
+
 def fleet_unique(probe, url, psql, server, size, seconds):
     """`size` probes asking new keys at RATE values/s in all, paced, for `seconds`."""
     existing = server.backends()
@@ -409,11 +419,7 @@ def fleet_unique(probe, url, psql, server, size, seconds):
     if not fleet.wait_for(r"^continuous values ", start + seconds + CAP_SECONDS):
         fail("a probe did not finish its load", fleet.end(time.time())[0])
     end, fleet_end = server.sample(), fleet.cpu()
-    texts, killed = fleet.end(time.time() + CAP_SECONDS)
-    server.settle(existing)
-    after, now = psql.commits()
-    psql(f"DROP TABLE IF EXISTS {fleet.table}; DROP SEQUENCE IF EXISTS {fleet.table}_seq")
-    commits = after - before - psql.per_call * (now - index)
+    texts, killed, commits = end_fleet(fleet, psql, server, existing, before, index)
     values = errors = 0
     for text in texts:
         figures = re.search(r"^continuous values (\d+) .* errors (\d+)", text, re.MULTILINE)
@@ -442,11 +448,7 @@ def fleet_hot(probe, url, psql, server, size, seconds):
     if not fleet.wait_for(rf"^heard {pairs - 1} ", start + pairs * PAIR_INTERVAL_MS / 1000 + CAP_SECONDS):
         fail("a probe did not hear every pair", fleet.end(time.time())[0])
     end, fleet_end = server.sample(), fleet.cpu()
-    texts, killed = fleet.end(time.time() + CAP_SECONDS)
-    server.settle(existing)
-    after, now = psql.commits()
-    psql(f"DROP TABLE IF EXISTS {fleet.table}; DROP SEQUENCE IF EXISTS {fleet.table}_seq")
-    commits = after - before - psql.per_call * (now - index)
+    texts, killed, commits = end_fleet(fleet, psql, server, existing, before, index)
     ends, heard = {}, []
     for text in texts:
         for line in text.splitlines():

@@ -144,7 +144,7 @@ struct DatabaseStep: Sendable {
         // announced it, with other leaders' results, and released the lock (a graceful shutdown
         // waits for it). A caller of this process that arrives meanwhile waits for the same
         // publication, as another process's would.
-        session.publishAndRelease(publication)
+        session.endRun(publication)
         return try result.get()
     }
 

@@ -129,7 +129,7 @@ final class Session: Sendable {
     /// Ends a leader's run, in one turn of the session with the other leaders' results: announces
     /// its result to the processes waiting for it, if any, then releases its lock. A publication
     /// whose session was lost is still announced, by the next session; its lock went with the old one.
-    func publishAndRelease(_ publication: Publication) {
+    func endRun(_ publication: Publication) {
         switch machine.withLockedValue({ $0.publish(publication) }) {
         case .queued: kick.yield()
         case .dropped: notPublished([publication], CoalescingPostgresError.databaseUnavailable("the coalescer stopped"))
