@@ -71,9 +71,8 @@ final class Session: Sendable {
 
     func unregister(_ registration: Registration) {
         switch machine.withLockedValue({ $0.unregister(registration.lock, id: registration.id) }) {
-        case .finish(let waker, let unwatch):
+        case .finish(let waker):
             waker?.finish()
-            if unwatch { kick.yield() }
         }
     }
 

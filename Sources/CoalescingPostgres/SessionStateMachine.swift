@@ -78,11 +78,11 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var lastKeepAlive: Duration
     }
 
-    /// The statement a session runs: its turn goes finish, ask, release. Every answer but a first
-    /// request's grant waits for the release, a barrier behind which every notification committed
-    /// before the locks were tried has been heard: a step that asks again must hear a result that
-    /// came just before its grant, and a refused step must not take an earlier run's release,
-    /// heard late, for the end of the run that refused it.
+    /// The statement a session runs: its turn goes finish, ask, release. The answer to a step's
+    /// first request goes out at once; a step that asks again waits for the release, a barrier
+    /// behind which every notification committed before the locks were tried has been heard, so
+    /// that it hears a result that came just before its grant. A first refusal needs none: an
+    /// earlier run's release heard after it only makes the step ask again, and that answer waits.
     enum Statement: Hashable {
         case none
         case finishing([Finish], since: Duration)
@@ -128,7 +128,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         let key: String
         let answerer: Answerer
         let deadline: Duration
-        /// Whether its step asked before: a grant waits for the barrier too (see ``Statement``).
+        /// Whether its step asked before: its answer waits for the barrier (see ``Statement``).
         let needsBarrier: Bool
         /// The generation of the session it was sent on, or nil while it waits for one.
         var sent: Int? = nil
@@ -194,14 +194,15 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
     }
 
     enum Unregistered {
-        /// The step's waker, to finish; whether the session's watch of the lock is now to go.
-        case finish(Waker?, unwatch: Bool)
+        /// The step's waker, to finish.
+        case finish(Waker?)
     }
 
     mutating func unregister(_ lock: Int64, id: Int) -> Unregistered {
         let waiter = waiters[lock]?.removeValue(forKey: id)
         if waiters[lock]?.isEmpty == true { waiters[lock] = nil }
-        return .finish(waiter?.waker, unwatch: unwatchIfIdle(lock))
+        unwatchIfIdle(lock)
+        return .finish(waiter?.waker)
     }
 
     func news(_ lock: Int64, id: Int) -> News {
@@ -268,20 +269,22 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         if release != .silent { live.leaders[lock] = nil }
         live.unlocks.append(Unlock(lock: lock, release: release))
         store(live)
-        _ = unwatchIfIdle(lock)
+        unwatchIfIdle(lock)
         return true
     }
 
     /// Queues the release of the lock's watch when no step of this process needs it: none waits on
-    /// the lock, leads it, or has a request for it. Whether a release statement is now due.
-    private mutating func unwatchIfIdle(_ lock: Int64) -> Bool {
+    /// the lock, leads it, or has a request for it. It goes with the session's next release
+    /// statement, the keep-alive at the latest, not in a statement of its own: a process that
+    /// waited for a hot key would otherwise pay a commit a run for it, and a key asked again
+    /// meanwhile keeps its watch. Kept that long, it costs a leader elsewhere a notification.
+    private mutating func unwatchIfIdle(_ lock: Int64) {
         guard var live, live.watched.contains(lock), waiters[lock] == nil, live.leaders[lock] == nil,
             !requests.values.contains(where: { $0.lock == lock })
-        else { return false }
+        else { return }
         live.watched.remove(lock)
         live.unlocks.append(Unlock(lock: lock, release: nil, unwatch: true))
         store(live)
-        return true
     }
 
     /// The steps to wake: those waiting on the notification's lock. A notification of the session
@@ -620,7 +623,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             }
             live.statement = .asking(asked, since: now)
             next = .ask(asked)
-        case .none where !live.unlocks.isEmpty || live.keepAliveDue:
+        case .none where live.keepAliveDue || live.unlocks.contains(where: { $0.release != nil }):
             live.statement = .releasing([], [], since: now)
             next = .release(live.unlocks)
             live.unlocks = []
@@ -670,7 +673,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             var barrier: [(Asked, Grant)] = []
             for (request, grant) in zip(asked, grants) {
                 if request.watch, grant.lock != .busy { live.watched.insert(request.lock) }
-                if grant.lock == .held || (grant.lock == .granted && requests[request.id]?.needsBarrier == true) {
+                if grant.lock != .busy, requests[request.id]?.needsBarrier == true {
                     barrier.append((request, grant))
                 } else if grant.lock == .busy, requests[request.id] != nil {
                     requests[request.id]?.sent = nil
@@ -688,7 +691,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         }
         store(live)
         // A run that ended, or a request answered after its step left, may leave a watch unneeded.
-        for lock in live.watched { _ = unwatchIfIdle(lock) }
+        for lock in live.watched { unwatchIfIdle(lock) }
         return answered
     }
 
@@ -719,7 +722,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         }
         live.statement = .none
         store(live)
-        for lock in live.watched { _ = unwatchIfIdle(lock) }
+        for lock in live.watched { unwatchIfIdle(lock) }
         return answered
     }
 
