@@ -17,10 +17,11 @@
 /// Who is told what: a step that asks for a key's lock also takes the key's *watch*, a shared
 /// advisory lock (``LockKey/watch``), and its session keeps it while a step of the process waits
 /// for the key. A leader's result is announced only when another session holds the watch, or a
-/// step of its own process waits; otherwise its lock is released in the same statement, and no
-/// process hears of a value nobody waits for. The order makes this safe: a step takes the watch
-/// before it tries the lock, and a leader releases the lock while it holds the watch exclusively,
-/// so a step is either counted by the leader or asks after the lock is free.
+/// step of its own process waits, and no process hears of a value nobody waits for; either way the
+/// run ends in one statement. The order makes this safe: a step takes the watch before it tries
+/// the lock, and a leader releases the lock while it holds the watch exclusively, so a step is
+/// either counted by the leader or asks after the lock is free. A result heard says the lock is
+/// free too: it goes in the statement that announces it, before the announcement commits.
 struct SessionStateMachine<Connection, Answerer, Waker> {
     struct Settings: Hashable {
         var connectTimeout: Duration
@@ -310,7 +311,10 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
             case .released(_, let published):
                 waiter.news.release = News.ReleaseHeard(published: published, position: heard)
             case .result(_, let sequence, let started, let inline):
-                guard sequence > waiter.news.result?.sequence ?? .min else { continue }
+                // Announced in the statement that released the lock: a step that cannot take the
+                // result (another key's, or too old for a forgetting step) asks for the lock again.
+                waiter.news.release = News.ReleaseHeard(published: true, position: heard)
+                guard sequence > waiter.news.result?.sequence ?? .min else { break }
                 waiter.news.result = Heard(sequence: sequence, started: started, position: heard, inline: inline)
             case .other:
                 continue
@@ -556,7 +560,7 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
 
     /// The next statement of the session of `generation`.
     enum Next: Hashable {
-        /// Results to announce to whoever waits, or else to end with their locks' release.
+        /// Runs to end: each result announced to whoever waits, and its lock released.
         case finish([Finish])
         /// Locks to ask for, in this order, each after its watch where it is taken.
         case ask([Asked])
@@ -640,9 +644,8 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
 
     /// What the database answered a statement.
     enum Reply: Hashable {
-        /// For each result in order, whether its run ended there: no one else waited, and the
-        /// lock is released; otherwise the result was told, and the release follows.
-        case finished(ended: [Bool])
+        /// The runs ended: their results told to whoever waits, their locks released.
+        case finished
         case asked([Grant])
         case released
     }
@@ -661,11 +664,9 @@ struct SessionStateMachine<Connection, Answerer, Waker> {
         var answered = Answered()
         guard var live = liveSession(generation) else { return answered }
         switch (live.statement, reply) {
-        case (.finishing(let finishes, _), .finished(let ended)):
-            precondition(ended.count == finishes.count, "a finish statement answered another number of results")
-            for (finish, ended) in zip(finishes, ended) where finish.holdsLock {
+        case (.finishing(let finishes, _), .finished):
+            for finish in finishes where finish.holdsLock {
                 live.leaders[finish.publication.lock] = nil
-                if !ended { live.unlocks.append(Unlock(lock: finish.publication.lock, release: .published)) }
             }
             live.statement = .none
         case (.asking(let asked, _), .asked(let grants)):

@@ -32,9 +32,10 @@ struct StepStateMachine: Hashable {
     /// The step looks at what its session heard for it.
     mutating func look(_ news: News) -> Look {
         if let result = news.result, accepts(result) { return .take(result) }
-        // A release after the refusal: the run this step waits for ended, or its leader gave up;
-        // after a first refusal, which waits for no barrier, it may be an earlier run's, heard
-        // late, and asking again only costs a statement.
+        // A release after the refusal (a result is one too: its lock went in the statement that
+        // announced it): the run this step waits for ended, or its leader gave up; after a first
+        // refusal, which waits for no barrier, it may be an earlier run's, heard late, and asking
+        // again only costs a statement.
         if let release = news.release, let refused, release.position > refused { mustAsk = true }
         return mustAsk ? .ask(first: after == nil) : .wait
     }

@@ -122,6 +122,11 @@ final class SessionMachineExplorationTests: XCTestCase {
         var heardResultSince = false
     }
 
+    struct Announcing: Hashable {
+        var run: Int
+        var watched: Bool
+    }
+
     /// The storages and the database, beside the machines.
     struct World: Hashable {
         var machine = Machine(settings: SessionMachineExplorationTests.settings)
@@ -145,8 +150,11 @@ final class SessionMachineExplorationTests: XCTestCase {
         /// session's advisory locks stack), and its watches.
         var held: [Int64: Int] = [:]
         var watches: [Int64: Int] = [:]
-        /// Another process: the run that holds lock 1, the runs so far, and how each ended.
+        /// Another process: the run that holds lock 1, the runs so far, and how each ended. A run
+        /// whose leader released lock 1 to announce its result announces it a moment later, when
+        /// its statement commits, and tells this session if it held the watch then.
         var otherRun: Int? = 1
+        var announcing: Announcing?
         var runs = 1
         var outcomes: [Int: Outcome] = [:]
         /// Notifications committed for this session, not yet heard.
@@ -515,9 +523,30 @@ final class SessionMachineExplorationTests: XCTestCase {
 
     /// Another process's runs on lock 1: each publishes, gives up or dies; the next may follow.
     private func otherProcessMoves(_ world: World, _ scenario: Scenario) -> [(String, Move)] {
+        var moves: [(String, Move)] = []
+        if let announcing = world.announcing {
+            let run = announcing.run
+            moves.append(
+                (
+                    "run \(run)'s announcement commits",
+                    { world, _ in
+                        world.announcing = nil
+                        world.outcomes[run] = .published(toldTo: announcing.watched ? world.serving : nil)
+                        let row = Row(sequence: world.sequence, started: world.runStarts[run]!)
+                        world.row = row
+                        world.sequence += 1
+                        if announcing.watched {
+                            world.inbox.append(
+                                Pending(
+                                    message: .result(lock: 1, sequence: row.sequence, started: row.started, inline: nil),
+                                    run: run))
+                        }
+                    }
+                ))
+        }
         guard let run = world.otherRun else {
-            guard world.runs < scenario.otherRuns, world.held[1] == nil else { return [] }
-            return [
+            guard world.runs < scenario.otherRuns, world.held[1] == nil else { return moves }
+            moves.append(
                 (
                     "another process runs lock 1's work again",
                     { world, _ in
@@ -526,29 +555,23 @@ final class SessionMachineExplorationTests: XCTestCase {
                         world.runStarts[world.runs] = world.sequence
                         world.sequence += 1
                     }
-                )
-            ]
+                ))
+            return moves
         }
         // A process that waits holds the watch: only it is told.
         let watched = (world.watches[1] ?? 0) > 0
-        var moves: [(String, Move)] = [
+        moves.append(
             (
-                "another process publishes run \(run)'s result and releases lock 1",
+                "another process's leader of run \(run) releases lock 1 to announce its result",
                 { world, _ in
                     world.otherRun = nil
-                    world.outcomes[run] = .published(toldTo: watched ? world.serving : nil)
-                    let row = Row(sequence: world.sequence, started: world.runStarts[run]!)
-                    world.row = row
-                    world.sequence += 1
-                    if watched {
-                        world.inbox.append(
-                            Pending(
-                                message: .result(lock: 1, sequence: row.sequence, started: row.started, inline: nil),
-                                run: run))
-                        world.inbox.append(Pending(message: .released(lock: 1, published: true), run: run))
-                    }
+                    // Ended, told to nobody yet: a step that gets the lock now takes over.
+                    world.outcomes[run] = .published(toldTo: nil)
+                    world.announcing = Announcing(run: run, watched: watched)
                 }
-            ),
+            ))
+        guard scenario.faults else { return moves }
+        moves.append(
             (
                 "another process gives run \(run) up",
                 { world, _ in
@@ -556,16 +579,15 @@ final class SessionMachineExplorationTests: XCTestCase {
                     world.outcomes[run] = .abandoned
                     if watched { world.inbox.append(Pending(message: .released(lock: 1, published: false), run: run)) }
                 }
-            ),
+            ))
+        moves.append(
             (
                 "another process's leader of run \(run) dies",
                 { world, _ in
                     world.otherRun = nil
                     world.outcomes[run] = .died
                 }
-            ),
-        ]
-        if !scenario.faults { moves.removeLast(2) }
+            ))
         return moves
     }
 
@@ -691,7 +713,6 @@ final class SessionMachineExplorationTests: XCTestCase {
             }
             reply = .released
         case .finish(let finishes):
-            var ended: [Bool] = []
             for finish in finishes {
                 // No other process waits here: only a step of this one makes a result told.
                 if finish.mustTell {
@@ -699,14 +720,12 @@ final class SessionMachineExplorationTests: XCTestCase {
                         lock: finish.publication.lock, sequence: finish.publication.started,
                         started: finish.publication.started, inline: nil)
                     world.inbox.append(Pending(message: message, run: nil))
-                } else if finish.holdsLock {
-                    release(&world.held, finish.publication.lock)
                 }
+                if finish.holdsLock { release(&world.held, finish.publication.lock) }
                 if finish.unwatch { release(&world.watches, finish.publication.lock) }
-                ended.append(!finish.mustTell)
             }
             published(&world, finishes.map(\.publication), generation)
-            reply = .finished(ended: ended)
+            reply = .finished
         case .wait, .leave, .lost:
             return
         }
