@@ -536,10 +536,9 @@ final class SessionMachineExplorationTests: XCTestCase {
                         world.row = row
                         world.sequence += 1
                         if announcing.watched {
-                            world.inbox.append(
-                                Pending(
-                                    message: .result(lock: 1, sequence: row.sequence, started: row.started, inline: nil),
-                                    run: run))
+                            let message = ChannelMessage.result(
+                                lock: 1, sequence: row.sequence, started: row.started, inline: nil)
+                            world.inbox.append(Pending(message: message, run: run))
                         }
                     }
                 ))
