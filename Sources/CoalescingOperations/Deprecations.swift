@@ -29,35 +29,31 @@ extension OperationQueueManager {
         *, deprecated, message: "use enqueue(operation:) for a CoalescibleOperation, queue.addOperation(_:) for others"
     )
     public func enqueue(_ operation: Operation) {
-        if let coalescible = operation as? any ManagerEnqueueable {
-            coalescible.enqueue(on: self)
-        } else if let concurrent = operation as? any QueueClaimable {
-            let claimed = concurrent.claimForQueue()
-            if claimed != nil { queue.addOperation(operation) }
+        if let ours = operation as? any ManagerEnqueueable {
+            ours.enqueue(on: self)
         } else if !operation.isFinished && !operation.isExecuting {
             queue.addOperation(operation)
         }
     }
 }
 
-/// Lets the deprecated `enqueue(_:)` coalesce a ``CoalescibleOperation`` it sees as an `Operation`.
+/// Lets the deprecated `enqueue(_:)` hand an operation of this library, which it sees as an
+/// `Operation`, to the manager in the operation's own way.
 protocol ManagerEnqueueable: Operation {
     func enqueue(on manager: OperationQueueManager)
 }
 
-extension CoalescibleOperation: ManagerEnqueueable {
-    func enqueue(on manager: OperationQueueManager) { manager.enqueue(operation: self) }
-}
-
-/// An operation that the deprecated `enqueue(_:)` claims before adding it to the queue, so that
-/// it is never added twice.
-protocol QueueClaimable: Operation {
-    func claimForQueue() -> Bool?
-}
-
-extension ConcurrentOperation: QueueClaimable {
-    /// Claims the operation for a queue: see ``Lifecycle/claimForQueue()``.
-    func claimForQueue() -> Bool? { lifecycle.withLock { $0.claimForQueue() } }
+extension ConcurrentOperation: ManagerEnqueueable {
+    /// A ``CoalescibleOperation`` is coalesced; any other is claimed for the queue first (see
+    /// ``Lifecycle/claimForQueue()``), so that it is never added twice.
+    func enqueue(on manager: OperationQueueManager) {
+        if let coalescible = self as? CoalescibleOperation<Value> {
+            manager.enqueue(operation: coalescible)
+            return
+        }
+        let claimed = lifecycle.withLock { $0.claimForQueue() }
+        if claimed != nil { manager.queue.addOperation(self) }
+    }
 }
 
 extension CoalescibleOperation {
@@ -69,15 +65,11 @@ extension CoalescibleOperation {
     @discardableResult public final func coalesce(operation: CoalescibleOperation<Value>) -> Bool {
         // Looked at first, so that a call that cannot join leaves this operation as it was.
         guard operation !== self, case .fresh = operation.linked else { return false }
-        switch linked {
-        case .runs(let engine, let work): return engine.join(operation, to: work)
-        case .fresh:
-            guard let work = Engine.adopting(self), case .runs(let engine, _) = linked else {
-                return false
-            }
-            return engine.join(operation, to: work)
-        case .alone, .joined, .ended: return false
-        }
+        // Fresh, this one runs work of its own first. Taken meanwhile, by a manager say, it is
+        // joined where it runs, as if taken before this call.
+        if case .fresh = linked { Engine.adopt(self) }
+        guard case .runs(let engine, let work) = linked else { return false }
+        return engine.join(operation, to: work)
     }
 }
 
@@ -114,8 +106,8 @@ extension Machine where Key == OperationKey {
     /// open and its operation has not started (Guarantee 10: its start freezes its priority, under
     /// this lock). The storage takes the operation for it, and ``admit(_:_:taken:asking:watching:then:)``
     /// joins it.
-    func planJoiningByHand<Value>(_ work: Work<OperationKey, Value>) -> AdmissionPlan<OperationKey, Value>? {
+    func planJoiningByHand<Value>(_ work: Work<OperationKey, Value>) -> Entry<OperationKey, Value>? {
         guard case .running = work.state.phase, !work.state.priority.isFrozen else { return nil }
-        return AdmissionPlan(work: work, slot: work.state.callers.entries.count)
+        return Entry(work, slot: work.state.callers.entries.count)
     }
 }

@@ -808,10 +808,11 @@ private final class World {
         }
         stepEnds.append(WorkOutcome(result))
         pending.append((work, result))
-        if decided.stores != stores {
-            fail("work \(work) \(decided.stores ? "stored" : "did not store") its result \(result) (Guarantee 15)")
+        let storedIt = decided.storing != nil
+        if storedIt != stores {
+            fail("work \(work) \(storedIt ? "stored" : "did not store") its result \(result) (Guarantee 15)")
         }
-        if decided.stores {
+        if storedIt {
             stored = (work, now + Self.prefetchTimeout)
         } else if expectedIndexed == work {
             expectedIndexed = nil
@@ -975,7 +976,7 @@ private final class World {
             let mail = mail
             settle = { mail.settles.mutate { $0.append(work) } }
         }
-        if let batch = machine.startDelivering(then: settle) {
+        if let batch = machine.outbox!.startDelivering(then: settle) {
             if deliverer != nil { fail("two threads deliver the events at once (Guarantee 22)") }
             take(batch)
             deliverer = Deliverer(batch: batch, settles: work)
@@ -1009,7 +1010,7 @@ private final class World {
         }
         if let work = delivering.settles { settle(work) }
         scanRecorded()
-        if let batch = machine.continueDelivering(reusing: []) {
+        if let batch = machine.outbox!.continueDelivering(reusing: []) {
             take(batch)
             deliverer!.batch = batch
         } else {
@@ -1152,7 +1153,7 @@ private final class World {
         if scenario.delivers {
             scanRecorded()
         } else {
-            for item in machine.takeEvents() {
+            for item in machine.outbox!.takeEvents() {
                 guard case .event(let event) = item else { continue }
                 observe(event)
             }

@@ -53,17 +53,17 @@ extension Machine {
 }
 
 extension Machine {
-    /// The first step of an operation's admission under `key`: where it would go. Into the work
-    /// in flight, in the next slot; or to run new work, made here for `operation` at `floor`, and
-    /// known to nothing until ``admit(_:_:taken:asking:watching:then:)`` starts it.
+    /// The first step of an operation's admission under `key`: the entry it would have. In the
+    /// work in flight, in the next slot; or (no slot) to run new work, made here for `operation` at
+    /// `floor`, and known to nothing until ``admit(_:_:taken:asking:watching:then:)`` starts it.
     @inlinable func planAdmission<Value>(
         _ key: Key, running operation: CoalescibleOperation<Value>, floor: Urgency, policy: AbandonedWorkPolicy,
         at now: Duration?
-    ) -> AdmissionPlan<Key, Value> {
+    ) -> Entry<Key, Value> {
         if let work = inFlight(key, as: Value.self) {
-            return AdmissionPlan(work: work, slot: work.state.callers.entries.count)
+            return Entry(work, slot: work.state.callers.entries.count)
         }
-        return AdmissionPlan(work: newWork(key, runner: .operation(operation), policy: policy, floor: floor, at: now))
+        return Entry(newWork(key, runner: .operation(operation), policy: policy, floor: floor, at: now), slot: nil)
     }
 
     /// Event: `operation`, asking for `urgency` (what the app set on it), was `taken` for `plan`,
@@ -75,9 +75,9 @@ extension Machine {
     /// joined, or one it runs or joined here before, while that work's result is open; one that
     /// finds none is turned away.
     @inlinable mutating func admit<Value>(
-        _ operation: CoalescibleOperation<Value>, _ plan: AdmissionPlan<Key, Value>, taken: Taking<Key, Value>,
+        _ operation: CoalescibleOperation<Value>, _ plan: Entry<Key, Value>, taken: Taking<Key, Value>,
         asking urgency: Urgency, watching sink: ProgressSink?, then newcomer: OperationQueueManager.Newcomer<Value>?
-    ) -> Admission<Key, Value> {
+    ) -> Admitted<Key, Value> {
         let entry: Entry<Key, Value>
         // Whether the operation runs the work: its priority is then the work's floor, and its
         // getters say what the callers last wrote there (Guarantee 19).
@@ -116,10 +116,11 @@ extension Machine {
 // MARK: - Actions
 
 /// Where a caller arrived, and what its join decided, for the storage's `follow` to carry out:
-/// the work it started or joined, its slot there, whether it raised the work's priority (to
+/// the work it started or joined, its slot there (the entry an operation's admission plans, before
+/// it is taken, is one too), whether it raised the work's priority (to
 /// write), whether it is owed the latest progress (to deliver), and whether it started the work
 /// (to watch for stalls).
-@usableFromInline struct Entry<Key: Hashable & Sendable, Value: Sendable> {
+@usableFromInline struct Entry<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     @usableFromInline let work: Work<Key, Value>
     /// Nil for an operation that started work with no caller of its own.
     @usableFromInline let slot: Int?
@@ -144,17 +145,6 @@ extension Machine {
     case starts(Entry<Key, Value>)
 }
 
-/// Where an arriving operation would go: into `work` in flight, in `slot`; or (nil `slot`) to run
-/// `work`, new.
-@usableFromInline struct AdmissionPlan<Key: Hashable & Sendable, Value: Sendable> {
-    @usableFromInline let work: Work<Key, Value>
-    @usableFromInline let slot: Int?
-
-    @inlinable init(work: Work<Key, Value>, slot: Int? = nil) {
-        (self.work, self.slot) = (work, slot)
-    }
-}
-
 /// What taking an operation for a plan found, in one turn of the operation's lock: what the
 /// operation is, for the admission to decide from.
 @usableFromInline enum Taking<Key: Hashable & Sendable, Value: Sendable> {
@@ -172,7 +162,7 @@ extension Machine {
 }
 
 /// What admitting an operation decided.
-@usableFromInline enum Admission<Key: Hashable & Sendable, Value: Sendable> {
+@usableFromInline enum Admitted<Key: Hashable & Sendable, Value: Sendable> {
     /// The operation starts the work: it goes on the queue; `entry` is the newcomer's, or the
     /// operation's own caller's.
     case starts(Entry<Key, Value>)

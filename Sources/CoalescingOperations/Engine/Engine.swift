@@ -97,8 +97,7 @@ import Foundation
                 // that it is stored, and nothing on their way keeps it; a drop of the value waits
                 // for this task's hold on it, left only now (Guarantee 15).
                 if let stored {
-                    let hold = state.withLock { $0.handOver(work) }
-                    hold?.leave()
+                    stored.storing?.leave()
                     carryOut(.ends(stored), of: work, with: .failure(StoredForAConsumer()))
                 }
             }
@@ -147,19 +146,13 @@ import Foundation
         }
     }
 
-    /// Ends `work` with `result`, stopping it first if `stopping`; nothing if its result was
-    /// already decided.
-    @inlinable func end<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>, stopping: Bool = false) {
-        carryOut(decide(work, with: result, stopping: stopping), of: work, with: result)
-    }
-
     /// Ends a task's `work` with `result`, unless it stores its value for a consumer: that end is
     /// returned, to carry out once the caller has let go of the value.
     @inlinable func endUnlessStored<Value>(_ work: Work<Key, Value>, with result: Result<Value, Error>)
         -> Decided<Value>?
     {
         let decision = decide(work, with: result)
-        guard case .ends(let decided) = decision, decided.stores else {
+        guard case .ends(let decided) = decision, decided.storing != nil else {
             carryOut(decision, of: work, with: result)
             return nil
         }
@@ -183,7 +176,7 @@ import Foundation
         guard case .ends(let decided) = decision else { return }
         stop(decided)
         announceEnd(work, decided, with: result)
-        if decided.stores { armExpiry() }
+        if decided.storing != nil { armExpiry() }
     }
 
     /// The first steps of a decided end: the operation that runs the work lets go of it, so that
@@ -222,20 +215,25 @@ import Foundation
     /// `includingForgotten`, and drops stored results; returns whether there was any.
     func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Bool {
         let cancelled = state.withLock { $0.cancelAll(where: matches, includingForgotten: includingForgotten) }
-        for work in cancelled.works { work.cancel(in: self) }
-        deliverEvents()
-        // The tasks that stored the dropped values run no user code before they let go of them.
-        for case let hold? in cancelled.holds { hold.wait() }
-        return cancelled.found
+        return carryOut(cancelled)
     }
 
     /// Forgets the work in flight under every key that `matches`, and drops stored results;
     /// returns whether there was any.
     func forget(where matches: (Key) -> Bool) -> Bool {
         let forgotten = state.withLock { $0.forget(where: matches) }
-        // Once the tasks that stored the dropped values hold nothing of them (Guarantee 15).
-        for case let hold? in forgotten.holds { hold.wait() }
-        return forgotten.found
+        return carryOut(forgotten)
+    }
+
+    /// Carries out a cancel or a forget by key: the work cancelled ends, its events are delivered,
+    /// and the call returns, saying whether anything was found, once the tasks that stored the
+    /// dropped values hold nothing of them (Guarantee 15).
+    private func carryOut(_ dropped: Dropped<Key>) -> Bool {
+        for work in dropped.works { work.cancel(in: self) }
+        deliverEvents()
+        // The tasks that stored the dropped values run no user code before they let go of them.
+        for case let hold? in dropped.holds { hold.wait() }
+        return dropped.found
     }
 
     // MARK: Progress
@@ -411,7 +409,7 @@ import Foundation
     /// it: here, or on the thread already delivering.
     @usableFromInline func deliverRecordedEvents(then settle: (@Sendable () -> Void)? = nil) {
         guard let observer else { return }
-        var batch = state.withLock { $0.startDelivering(then: settle) }
+        var batch = state.withLock { $0.outbox?.startDelivering(then: settle) }
         var settle = batch == nil ? nil : settle
         while var items = batch {
             for item in items {
@@ -423,7 +421,7 @@ import Foundation
             settle?()
             settle = nil
             items.removeAll(keepingCapacity: true)
-            batch = state.withLock { [items] in $0.continueDelivering(reusing: items) }
+            batch = state.withLock { [items] in $0.outbox?.continueDelivering(reusing: items) }
         }
     }
 }
@@ -437,8 +435,8 @@ extension Engine where Key == OperationKey {
     /// the operation's own caller, with the operation's urgency unless it states its own.
     @inlinable func admit<Value>(
         _ operation: CoalescibleOperation<Value>, watching sink: ProgressSink? = nil,
-        then newcomer: OperationQueueManager.Newcomer<Value>?, queued: Bool = true
-    ) -> Admission<OperationKey, Value> {
+        then newcomer: OperationQueueManager.Newcomer<Value>?, by taker: Taker = .manager
+    ) -> Admitted<OperationKey, Value> {
         // Read before locking: the getters are overridable, and no user code runs under our lock.
         let urgency = Urgency(OperationPriority(of: operation))
         let policy = operation.abandonedWorkPolicy
@@ -449,7 +447,7 @@ extension Engine where Key == OperationKey {
             // Taken under the lock, the one action that cannot wait for its release: the plan's slot
             // and its new work would otherwise go to another arrival first, and the operation's
             // claim must hold for the work it is admitted to (as a task is created under it).
-            let taken = operation.take(plan.work, of: self, slot: plan.slot, queued: queued, admitting: queued)
+            let taken = operation.take(plan.work, of: self, slot: plan.slot, for: taker)
             return machine.admit(operation, plan, taken: taken, asking: urgency, watching: sink, then: newcomer)
         }
     }
@@ -469,10 +467,10 @@ extension Engine where Key == OperationKey {
     /// Returns whether it joined.
     func join<Value>(_ operation: CoalescibleOperation<Value>, to work: Work<OperationKey, Value>) -> Bool {
         let urgency = Urgency(OperationPriority(of: operation))
-        let admission = state.withLock { machine -> Admission<OperationKey, Value>? in
+        let admission = state.withLock { machine -> Admitted<OperationKey, Value>? in
             guard let plan = machine.planJoiningByHand(work) else { return nil }
             // Taken under the lock, as at any admission.
-            let taken = operation.take(work, of: self, slot: plan.slot)
+            let taken = operation.take(work, of: self, slot: plan.slot, for: .handJoin)
             return machine.admit(operation, plan, taken: taken, asking: urgency, watching: nil, then: nil)
         }
         guard case .joins(let entry) = admission else { return false }
@@ -480,13 +478,11 @@ extension Engine where Key == OperationKey {
         return true
     }
 
-    /// Work for an operation that others join by hand, started by an engine of its own, which
+    /// Starts work for an operation that others join by hand, in an engine of its own, which
     /// nothing else reaches: its result takes the same path as any other. The operation is taken
-    /// for no queue: the app enqueues it.
-    static func adopting<Value>(_ operation: CoalescibleOperation<Value>) -> Work<OperationKey, Value>? {
+    /// for no queue: the app enqueues it. One that is not fresh is left as it is.
+    static func adopt<Value>(_ operation: CoalescibleOperation<Value>) {
         let engine = Engine(observer: nil, stallThreshold: nil, clock: EngineClock(ContinuousClock()))
-        let admission = engine.admit(operation, then: nil, queued: false)
-        guard case .starts(let entry) = admission else { return nil }
-        return entry.work
+        _ = engine.admit(operation, then: nil, by: .adoption)
     }
 }

@@ -12,6 +12,11 @@ import Musl
 /// single element is the lock), so guarding an operation's state costs one object, not two. The
 /// lock is not recursive: never call code that may take it again while holding it.
 ///
+/// The lock is a POSIX mutex, used in place in memory it does not own: one implementation on every
+/// platform, the one this package's tests and sanitizer runs exercise. Every pthread call's result
+/// is checked: a failure means memory corruption or a lock used after it was destroyed, and going
+/// on would break every guarantee built on it.
+///
 /// `Sendable` only when its state is. Types that keep non-`Sendable` state here (completion
 /// handlers, say) declare themselves `@unchecked Sendable` and name this lock as the reason.
 ///
@@ -22,7 +27,10 @@ import Musl
 
     @inlinable init(_ initialState: State) {
         let buffer = Buffer.create(minimumCapacity: 1) { buffer in
-            buffer.withUnsafeMutablePointerToElements { PlatformLock.initialize($0) }
+            buffer.withUnsafeMutablePointerToElements { lock in
+                lock.initialize(to: pthread_mutex_t())
+                Self.check(pthread_mutex_init(lock, nil), "pthread_mutex_init")
+            }
             return initialState
         }
         // `create` is declared to return the base class; called on `Buffer`, it makes a `Buffer`.
@@ -32,15 +40,22 @@ import Musl
     /// Runs `body` with exclusive access to the state.
     @inlinable @inline(__always) func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         try buffer.withUnsafeMutablePointers { state, lock in
-            PlatformLock.lock(lock)
-            defer { PlatformLock.unlock(lock) }
+            Self.check(pthread_mutex_lock(lock), "pthread_mutex_lock")
+            defer { Self.check(pthread_mutex_unlock(lock), "pthread_mutex_unlock") }
             return try body(&state.pointee)
         }
     }
 
-    @usableFromInline final class Buffer: ManagedBuffer<State, PlatformLock.Primitive> {
+    @inlinable static func check(_ status: Int32, _ call: StaticString) {
+        precondition(status == 0, "\(call) failed with \(status)")
+    }
+
+    @usableFromInline final class Buffer: ManagedBuffer<State, pthread_mutex_t> {
         deinit {
-            withUnsafeMutablePointerToElements { PlatformLock.deinitialize($0) }
+            withUnsafeMutablePointerToElements { lock in
+                LockedState.check(pthread_mutex_destroy(lock), "pthread_mutex_destroy")
+                lock.deinitialize(count: 1)
+            }
         }
     }
 }
@@ -49,34 +64,3 @@ import Musl
 // in its element; `ManagedBuffer` itself cannot be `Sendable`. A state that may not cross threads
 // keeps the whole box from being `Sendable`.
 extension LockedState: @unchecked Sendable where State: Sendable {}
-
-/// A POSIX mutex, used in place in memory it does not own: one implementation on every platform,
-/// the one this package's tests and sanitizer runs exercise.
-///
-/// Every pthread call's result is checked: a failure means memory corruption or a lock used after
-/// it was destroyed, and going on would break every guarantee built on it.
-@usableFromInline enum PlatformLock {
-    @usableFromInline typealias Primitive = pthread_mutex_t
-
-    @usableFromInline static func initialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        lock.initialize(to: pthread_mutex_t())
-        check(pthread_mutex_init(lock, nil), "pthread_mutex_init")
-    }
-
-    @usableFromInline static func deinitialize(_ lock: UnsafeMutablePointer<Primitive>) {
-        check(pthread_mutex_destroy(lock), "pthread_mutex_destroy")
-        lock.deinitialize(count: 1)
-    }
-
-    @inlinable static func lock(_ lock: UnsafeMutablePointer<Primitive>) {
-        check(pthread_mutex_lock(lock), "pthread_mutex_lock")
-    }
-
-    @inlinable static func unlock(_ lock: UnsafeMutablePointer<Primitive>) {
-        check(pthread_mutex_unlock(lock), "pthread_mutex_unlock")
-    }
-
-    @inlinable static func check(_ status: Int32, _ call: StaticString) {
-        precondition(status == 0, "\(call) failed with \(status)")
-    }
-}

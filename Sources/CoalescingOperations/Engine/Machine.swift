@@ -242,7 +242,7 @@ import Foundation
             // decision stands (Guarantee 2).
             return .late
         }
-        var stores = false
+        var storing: DispatchGroup?
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.state.isPrefetch, case .success(let value) = result, let timeout = prefetchTimeout, let now,
             index[work.key] === work, !work.state.callers.hasConsumer
@@ -250,11 +250,12 @@ import Foundation
             let expiry = now + timeout
             work.state.phase = .stored(value, until: expiry)
             nextExpiry = min(nextExpiry ?? expiry, expiry)
-            // The task's hold on the value, until it is out of its end: a drop waits for it
-            // (Guarantee 15). Entered here, so that no drop finds it open.
-            work.state.storing = DispatchGroup()
-            work.state.storing!.enter()
-            stores = true
+            // The task's hold on the value, until it is out of its end, when the storage leaves it:
+            // a drop waits for it (Guarantee 15). Entered here, so that no drop finds it open.
+            let hold = DispatchGroup()
+            hold.enter()
+            work.state.storing = hold
+            storing = hold
         } else {
             work.state.phase = .deciding
             unindex(work)
@@ -268,7 +269,7 @@ import Foundation
             .workEnded(
                 key: work.key, work: work.number, outcome: outcome, error: error, callersServed: served,
                 duration: duration))
-        return .ends(Decided(runner: work.state.runner, stopping: stopping, stores: stores))
+        return .ends(Decided(runner: work.state.runner, stopping: stopping, storing: storing))
     }
 
     /// Event: the decided result is handed out. Returns the callers to serve with it now, and
@@ -322,24 +323,24 @@ import Foundation
 
     /// Event: every key that `matches` is forgotten: its work goes on, unindexed, and a result
     /// stored for it is dropped.
-    mutating func forget(where matches: (Key) -> Bool) -> Forgotten {
-        var forgotten = Forgotten()
+    mutating func forget(where matches: (Key) -> Bool) -> Dropped<Key> {
+        var dropped = Dropped<Key>()
         for (key, work) in index where matches(key) {
             index[key] = nil
             switch work.stage {
-            case .running: self.forgotten[ObjectIdentifier(work)] = work
-            case .stored: forgotten.holds.append(work.dropStored())
+            case .running: forgotten[ObjectIdentifier(work)] = work
+            case .stored: dropped.holds.append(work.dropStored())
             case .deciding, .ended: preconditionFailure("Machine: decided work \(work.number) was still indexed")
             }
-            forgotten.found = true
+            dropped.found = true
         }
-        return forgotten
+        return dropped
     }
 
     /// Event: everything under the keys that `matches` is cancelled (forgotten work too when
     /// `includingForgotten`) and stored results are dropped.
-    mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> CancelledAll<Key> {
-        var cancelled = CancelledAll<Key>()
+    mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Dropped<Key> {
+        var cancelled = Dropped<Key>()
         for (key, work) in index where matches(key) {
             switch work.stage {
             case .running:
@@ -355,14 +356,6 @@ import Foundation
         if includingForgotten { cancelled.works += forgotten.values }
         if !cancelled.works.isEmpty { cancelled.found = true }
         return cancelled
-    }
-
-    /// Event: the task that stored `work`'s value is out of its end and holds nothing of it. Returns
-    /// its hold, to leave, which a drop of the value may be waiting for (Guarantee 15).
-    @usableFromInline mutating func handOver<Value>(_ work: Work<Key, Value>) -> DispatchGroup? {
-        let hold = work.state.storing
-        work.state.storing = nil
-        return hold
     }
 
     /// Event: the stall threshold passed since `work` started.
@@ -507,16 +500,17 @@ import Foundation
 }
 
 /// What deciding a work's end asks for: its runner, to stop if `stopping`, then to let go of;
-/// and, if it `stores` its value for a consumer, a timer for the value's expiry.
+/// and, if it stores its value for a consumer, a timer for the value's expiry, and `storing`, the
+/// hold of the task that stored it, which the task leaves once it holds nothing of the value.
 @usableFromInline struct Decided<Value: Sendable>: Sendable {
     @usableFromInline let runner: Runner<Value>
     @usableFromInline let stopping: Bool
-    @usableFromInline let stores: Bool
+    @usableFromInline let storing: DispatchGroup?
 
-    @inlinable init(runner: Runner<Value>, stopping: Bool, stores: Bool = false) {
+    @inlinable init(runner: Runner<Value>, stopping: Bool, storing: DispatchGroup? = nil) {
         self.runner = runner
         self.stopping = stopping
-        self.stores = stores
+        self.storing = storing
     }
 }
 
@@ -547,17 +541,11 @@ import Foundation
     case none
 }
 
-/// What cancelling by key decided: the work to decide as cancelled, whether anything, work or a
-/// stored result, was found, and the holds on the dropped results to wait for (Guarantee 15).
-struct CancelledAll<Key: Hashable & Sendable> {
-    var works: [AnyWork<Key>] = []
-    var found = false
-    var holds: [DispatchGroup?] = []
-}
-
-/// What forgetting by key decided: whether anything was found, and the holds on the dropped
+/// What cancelling or forgetting by key decided: the work to decide as cancelled (none when
+/// forgetting), whether anything, work or a stored result, was found, and the holds on the dropped
 /// results to wait for (Guarantee 15).
-struct Forgotten {
+struct Dropped<Key: Hashable & Sendable> {
+    var works: [AnyWork<Key>] = []
     var found = false
     var holds: [DispatchGroup?] = []
 }

@@ -212,38 +212,36 @@ extension CoalescingEvent: CustomStringConvertible {
     var spare: [Item] = []
     var isDelivering = false
 
-    init() {}
-}
+    // The outbox's events are phase-free: they concern the coalescer's one queue of events, not a
+    // work, whose settles they carry whatever its phase (Guarantee 22). The machine's own, called
+    // as `outbox?.startDelivering(then:)`: nil, nobody observes, and nothing is delivered.
 
-// The outbox's events are phase-free: they concern the coalescer's one queue of events, not a
-// work, whose settles they carry whatever its phase (Guarantee 22).
-extension Machine {
     /// Event: a thread offers to deliver the events. Returns the batch if it is the one to; nil,
     /// another thread delivers, and `settle` waits behind the events for it.
-    mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Outbox<Key>.Item]? {
-        guard !outbox!.isDelivering else {
-            if let settle { outbox!.pending.append(.settle(settle)) }
+    mutating func startDelivering(then settle: (@Sendable () -> Void)?) -> [Item]? {
+        guard !isDelivering else {
+            if let settle { pending.append(.settle(settle)) }
             return nil
         }
-        outbox!.isDelivering = true
+        isDelivering = true
         return takeEvents()
     }
 
     /// Event: a batch was delivered. Returns the next one; nil, the outbox is empty, and this
     /// thread's delivery is over.
-    mutating func continueDelivering(reusing spare: [Outbox<Key>.Item]) -> [Outbox<Key>.Item]? {
-        outbox!.spare = spare
-        guard !outbox!.pending.isEmpty else {
-            outbox!.isDelivering = false
+    mutating func continueDelivering(reusing spare: [Item]) -> [Item]? {
+        self.spare = spare
+        guard !pending.isEmpty else {
+            isDelivering = false
             return nil
         }
         return takeEvents()
     }
 
-    mutating func takeEvents() -> [Outbox<Key>.Item] {
-        var taken = outbox!.spare
-        outbox!.spare = []
-        swap(&taken, &outbox!.pending)
+    mutating func takeEvents() -> [Item] {
+        var taken = spare
+        spare = []
+        swap(&taken, &pending)
         return taken
     }
 }

@@ -68,7 +68,9 @@ import Foundation
     }
 
     override func cancel(in engine: Engine<Key>) {
-        engine.end(self, with: .failure(CoalescingError.cancelled), stopping: true)
+        let cancelled: Result<Value, Error> = .failure(CoalescingError.cancelled)
+        let decision = engine.decide(self, with: cancelled, stopping: true)
+        engine.carryOut(decision, of: self, with: cancelled)
     }
 }
 

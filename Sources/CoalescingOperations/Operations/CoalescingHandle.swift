@@ -18,20 +18,19 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// What `enqueue` did with the caller.
     public let admission: Admission
 
-    /// The caller's work and slot there; nil for an ignored enqueue.
+    /// The caller's engine, and its entry there: its work and slot; nil for an ignored enqueue.
     @usableFromInline let engine: Engine<OperationKey>?
-    @usableFromInline let work: Work<OperationKey, Value>?
-    @usableFromInline let slot: Int?
+    @usableFromInline let entry: Entry<OperationKey, Value>?
 
     /// The handle of a caller admitted by `engine`.
-    @inlinable init(_ admitted: CoalescingOperations.Admission<OperationKey, Value>, of engine: Engine<OperationKey>) {
+    @inlinable init(_ admitted: Admitted<OperationKey, Value>, of engine: Engine<OperationKey>) {
         switch admitted {
         case .starts(let entry):
-            (admission, self.engine, work, slot) = (.startedWork, engine, entry.work, entry.slot)
+            (admission, self.engine, self.entry) = (.startedWork, engine, entry)
         case .joins(let entry):
-            (admission, self.engine, work, slot) = (.joinedWork, engine, entry.work, entry.slot)
+            (admission, self.engine, self.entry) = (.joinedWork, engine, entry)
         case .turnsAway(_, let runs):
-            (admission, self.engine, work, slot) = (runs ? .startedWork : .ignored, nil, nil, nil)
+            (admission, self.engine, entry) = (runs ? .startedWork : .ignored, nil, nil)
         }
     }
 
@@ -40,7 +39,7 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// withdraws, the work is cancelled, or runs on if its
     /// ``CoalescibleOperation/abandonedWorkPolicy`` says so. Calling it again does nothing.
     public func withdraw() {
-        if let engine, let work { engine.withdraw(work, slot: slot, reason: .withdrawn) }
+        if let engine, let entry { engine.withdraw(entry.work, slot: entry.slot, reason: .withdrawn) }
     }
 
     /// Changes how urgent this caller is. While the work waits on its queue, it runs at the
@@ -49,6 +48,6 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     ///
     /// - Parameter priority: The caller's new priority; nil asks for nothing.
     public func setPriority(_ priority: OperationPriority?) {
-        if let engine, let work { engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init)) }
+        if let engine, let entry { engine.reprioritize(entry.work, slot: entry.slot, to: priority.map(Urgency.init)) }
     }
 }

@@ -22,18 +22,16 @@ extension CoalescibleOperation {
     }
 
     /// Hands the operation to `engine`, as the runner of `work` or (`slot`) a caller of it, if it
-    /// is fresh: nobody took it, and it was neither started nor decided. A manager takes it for
-    /// its queue (`queued`); work joined by hand leaves it to be enqueued. A manager `admitting`
-    /// an operation that is not fresh also hands it to its queue if it is on none. Under the
-    /// engine's lock; an operation's lock is only ever taken inside it.
+    /// is fresh: nobody took it, and it was neither started nor decided; what else that does
+    /// depends on the `taker`. Under the engine's lock; an operation's lock is only ever taken
+    /// inside it.
     @inlinable final func take(
-        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, queued: Bool = true,
-        admitting: Bool = false
+        _ work: Work<OperationKey, Value>, of engine: Engine<OperationKey>, slot: Int?, for taker: Taker
     ) -> Taking<OperationKey, Value> {
         // Looked at and claimed in one turn of the operation's lock.
         lifecycle.withLock { lifecycle -> Taking<OperationKey, Value> in
             if case .fresh = link, case .idle(onQueue: false) = lifecycle {
-                lifecycle = .idle(onQueue: queued)
+                lifecycle = .idle(onQueue: taker != .adoption)
                 if let slot {
                     link = .joined(engine, work, slot: slot)
                     return .joins
@@ -43,7 +41,7 @@ extension CoalescibleOperation {
                 guard let own else { return .runs(own: nil) }
                 return .runs(own: .handler(own, queue: callBackQueue))
             }
-            guard admitting else { return .refused(nil, runs: false) }
+            guard taker == .manager else { return .refused(nil, runs: false) }
             let claimed = lifecycle.claimForQueue()
             if let runs = claimed { return .unqueued(runs: runs) }
             switch link {
@@ -79,4 +77,13 @@ extension CoalescibleOperation {
         super.queuePriority = priority.queuePriority
         super.qualityOfService = priority.qualityOfService
     }
+}
+
+/// Who takes a coalescible operation, and so what taking it does. A `manager` admitting it takes
+/// a fresh operation for its queue, and still hands one that is not fresh to that queue if it is
+/// on none. The deprecated hand-join (`handJoin`), joining it to another operation's work, takes
+/// it as if queued; the engine of its own that adopts an operation others join by hand
+/// (`adoption`) takes it for no queue: in both, the app enqueues it.
+@usableFromInline enum Taker {
+    case manager, handJoin, adoption
 }

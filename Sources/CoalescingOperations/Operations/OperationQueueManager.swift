@@ -385,7 +385,7 @@ public final class OperationQueueManager: Sendable {
     @inlinable @inline(__always) func arrive<Value>(
         _ identifier: String, _ caller: Caller<Value>, _ urgency: Urgency?, _ sink: ProgressSink?,
         _ timeout: Duration?, _ makeOperation: () -> CoalescibleOperation<Value>
-    ) -> Admission<OperationKey, Value> {
+    ) -> Admitted<OperationKey, Value> {
         let key = OperationKey(identifier: identifier, valueType: Value.self)
         if let joined = engine.join(key, caller, asking: urgency, watching: sink) {
             engine.follow(joined, timeout: timeout, sink: sink)
@@ -401,7 +401,7 @@ public final class OperationQueueManager: Sendable {
     /// Carries out an admission once the lock is released: queues the operation, then what
     /// follows every arrival (``Engine/follow(_:timeout:sink:)``).
     @inlinable func launch<Value>(
-        _ operation: CoalescibleOperation<Value>, _ admission: Admission<OperationKey, Value>, timeout: Duration?,
+        _ operation: CoalescibleOperation<Value>, _ admission: Admitted<OperationKey, Value>, timeout: Duration?,
         sink: ProgressSink?
     ) {
         switch admission {
@@ -418,7 +418,7 @@ public final class OperationQueueManager: Sendable {
 
     /// Where an awaiting task waits: the entry it was admitted to; turned away, it throws as if its
     /// work was cancelled.
-    @inlinable func entry<Value>(waitingAfter admission: Admission<OperationKey, Value>) throws
+    @inlinable func entry<Value>(waitingAfter admission: Admitted<OperationKey, Value>) throws
         -> Entry<OperationKey, Value>
     {
         switch admission {
