@@ -19,7 +19,10 @@ of PostgresCoalescer processes and for the floor, measured in the same run on th
   pg_advisory_unlock(:k)`; with nobody listening and with N sessions listening, each a connection
   of this script's that sends LISTEN, then only reads, counting every notification as it arrives
   (checked: each heard every value). The window is the middle of pgbench's run, its connections
-  made before; values are pgbench's own log lines (-l) completed in the window.
+  made before; values are pgbench's own log lines (-l) completed in the window. Beside it, the same
+  floor sent over as many sessions as the fleet has processes (pgbench -c N, nobody listening):
+  PostgreSQL's cost per statement grows with the sessions that share the rate, whatever sends
+  them, and a fleet of N processes has at least N sessions.
 - The fleet, unique keys: N probes (`--continuous 16`, every call a new key, work 0 ms), the rate
   split over them (--rate RATE/N), ready (connected, one value through) before a shared start; the
   window is from that start to the last probe's figures. Hot keys: N probes in `--pairs` mode, pair
@@ -351,8 +354,9 @@ def fail(what, texts):
     sys.exit(f"{what}:\n" + "\n---\n".join(text[-2000:] for text in texts))
 
 
-def floor(url, psql, server, listening, seconds):
-    """pgbench at RATE values/s, two statements per value, with `listening` sessions listening."""
+def floor(url, psql, server, listening, seconds, clients=4):
+    """pgbench at RATE values/s over `clients` sessions, two statements per value, with `listening`
+    sessions listening."""
     existing = server.backends()
     load = load_average()
     listeners = Listeners(url, listening) if listening else None
@@ -360,7 +364,7 @@ def floor(url, psql, server, listening, seconds):
     logs = tempfile.mkdtemp(prefix="postgres-cost-pgbench-")
     with open(f"{logs}/floor.sql", "w", encoding="utf-8") as file:
         file.write(FLOOR_SCRIPT)
-    bench = subprocess.Popen([PGBENCH, "-n", "-M", "extended", "-c", "4", "-j", "2", "-R", str(RATE),
+    bench = subprocess.Popen([PGBENCH, "-n", "-M", "extended", "-c", str(clients), "-j", "2", "-R", str(RATE),
                               "-T", str(seconds + 3), "-f", f"{logs}/floor.sql", "-l", "--log-prefix",
                               f"{logs}/transactions", url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # Its connections made and its schedule running by then.
@@ -519,6 +523,7 @@ def main():
         measured = []
         for size in ordered:
             measured.append((f"floor, {size} sessions listening", floor(url, psql, server, size, seconds)))
+            measured.append((f"floor over {size} sessions", floor(url, psql, server, 0, seconds, clients=size)))
             measured.append((f"fleet, {size} processes, unique keys",
                              fleet_unique(probe, url, psql, server, size, seconds)))
             measured.append((f"fleet, {size} processes, hot keys", fleet_hot(probe, url, psql, server, size, seconds)))
@@ -533,6 +538,7 @@ def main():
     psql(f"DROP SEQUENCE {CHANNEL}_seq")
 
     labels = ["floor, nobody listening"] + [f"floor, {size} sessions listening" for size in sizes] + [
+        f"floor over {size} sessions" for size in sizes] + [
         f"fleet, {size} processes, unique keys" for size in sizes] + [f"fleet, {size} processes, hot keys"
                                                                       for size in sizes]
     print("\n| | PostgreSQL µs per value (each run) | ratio to the floor, same round | commits per value "
@@ -563,6 +569,10 @@ def main():
     smallest, largest = sizes[0], sizes[-1]
     print(f"growth, unique keys: {unique[largest] / unique[smallest]:.2f}x the cost per value from {largest} "
           f"processes as from {smallest}")
+    spread = {size: median(rows[f"floor over {size} sessions"], "µs/value") for size in sizes}
+    print("unique keys against the floor over as many sessions: " + ", ".join(
+        f"{unique[size] / spread[size]:.2f}x from {size}" for size in sizes) + f"; that floor grows "
+        f"{spread[largest] / spread[smallest]:.2f}x from {smallest} sessions to {largest}")
     # Per doubling of the fleet, fitted through every size (least squares on log2 of the size).
     doublings = [size.bit_length() - 1 for size in sizes]
     slope = statistics.linear_regression(doublings, [unique[size] for size in sizes]).slope
