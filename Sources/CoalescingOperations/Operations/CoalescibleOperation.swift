@@ -108,7 +108,7 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     open override var queuePriority: Operation.QueuePriority {
         get { super.queuePriority }
         set {
-            if !setFloor({ $0.queuePriority = newValue }) { super.queuePriority = newValue }
+            setFloor({ $0.queuePriority = newValue }, otherwise: { super.queuePriority = newValue })
         }
     }
 
@@ -119,20 +119,19 @@ open class CoalescibleOperation<Value: Sendable>: ConcurrentOperation<Value>, @u
     open override var qualityOfService: QualityOfService {
         get { super.qualityOfService }
         set {
-            if !setFloor({ $0.qualityOfService = newValue }) { super.qualityOfService = newValue }
+            setFloor({ $0.qualityOfService = newValue }, otherwise: { super.qualityOfService = newValue })
         }
     }
 
-    /// Sets the floor under the callers' priorities while the work waits on its queue; false if
-    /// the operation runs no work an engine holds waiting, so that the setter writes through.
-    private final func setFloor(_ change: (inout OperationPriority) -> Void) -> Bool {
+    /// Sets the floor under the callers' priorities while the work waits on its queue, or else
+    /// writes through (`otherwise`) when the operation runs no work an engine holds waiting.
+    private final func setFloor(_ change: (inout OperationPriority) -> Void, otherwise writeThrough: () -> Void) {
         let held = lifecycle.withLock { lifecycle -> (Engine<OperationKey>, Work<OperationKey, Value>)? in
             guard case .runs(let engine, let work) = link, case .idle = lifecycle else { return nil }
             return (engine, work)
         }
-        guard let (engine, work) = held else { return false }
+        guard let (engine, work) = held else { return writeThrough() }
         engine.setFloor(of: work, change)
-        return true
     }
 
     // Inlinable: finishing an operation of a final subclass is then specialized in the caller's
