@@ -25,14 +25,14 @@ extension PrefetchableTaskCoalescer {
 
     /// How many results are stored, expired or not.
     var storedCount: Int {
-        engine.state.withLock { $0.index.values.count { if case .stored = $0.stage { true } else { false } } }
+        engine.state.withLock { $0.index.works.count { if case .stored = $0.stage { true } else { false } } }
     }
 }
 
 extension Engine {
     fileprivate func callerCount<Value: Sendable>(for key: Key, as _: Value.Type) -> Int {
         state.withLock { machine in
-            guard let work = machine.inFlight(key, as: Value.self) else { return 0 }
+            guard let work = machine.inFlight(key, hash: key.hashValue, as: Value.self) else { return 0 }
             return work.state.callers.live
         }
     }

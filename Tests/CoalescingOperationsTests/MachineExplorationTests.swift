@@ -596,7 +596,7 @@ private final class World {
         let sink = scenario.plans[i].progress ? ProgressSink(queue: nil) { _ in } : nil
         let newcomer = OperationQueueManager.Newcomer(
             caller(i), urgency: urgency(of: i), sink: sink, ownsOperation: kind == .besideRunner)
-        if kind != .besideRunner, machine.inFlight("k", as: Int.self) == nil {
+        if kind != .besideRunner, machine.inFlight("k", hash: "k".hashValue, as: Int.self) == nil {
             let starter = kind == .joinedOperation ? nil : newcomer
             admit(i, CoalescibleOperation<Int>(identifier: "k"), asking: Self.floor, then: starter)
             guard kind == .joinedOperation else { return }
@@ -1163,7 +1163,7 @@ private final class World {
         if Set(forgotten) != Set(works.indices.filter { !isDecided($0) && $0 != expectedIndexed }) {
             fail("the machine keeps \(forgotten) as forgotten work in flight (Guarantee 16)")
         }
-        let indexed = machine.index["k"]
+        let indexed = machine.index.work(for: "k", hash: "k".hashValue)
         if indexed !== expectedIndexed.map({ works[$0] }) {
             fail(
                 "the index holds \(indexed.map { w in works.firstIndex { $0 === w }! }.map(String.init) ?? "nothing")"
@@ -1288,7 +1288,7 @@ private final class World {
         if case .one = callers.queues, !onOneQueue {
             fail("work \(index) says its callers are handlers on one queue, and they are not")
         }
-        if case .stored = work.state.phase, machine.index["k"] !== work {
+        if case .stored = work.state.phase, machine.index.work(for: "k", hash: "k".hashValue) !== work {
             fail("work \(index) keeps a stored value that no key finds")
         }
     }
@@ -1457,7 +1457,8 @@ private final class World {
         let copy = World(scenario, mail: mail)
         copy.works = works.map { work in
             let clone = Work<String, Int>(
-                key: work.key, number: work.number, runner: work.state.runner, policy: work.policy, floor: Self.floor,
+                key: work.key, hash: work.hash, number: work.number, runner: work.state.runner, policy: work.policy,
+                floor: Self.floor,
                 startedAt: work.startedAt)
             clone.state = work.state
             return clone
@@ -1466,7 +1467,8 @@ private final class World {
             copy.works[works.firstIndex { $0 === work }!]
         }
         copy.machine = machine
-        copy.machine.index = machine.index.mapValues(cloned)
+        copy.machine.index = WorkIndex()
+        for work in machine.index.works { copy.machine.index.insert(cloned(work)) }
         // Forgotten work is found by its object's identity: the copy's, or deciding a copy would
         // leave the original's entry behind.
         copy.machine.forgotten = Dictionary(

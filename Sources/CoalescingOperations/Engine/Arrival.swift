@@ -6,12 +6,12 @@ import Foundation
 
 extension Machine {
     /// Event: a caller arrives with `key` and joins the work in flight for it (its phase
-    /// decides, in ``inFlight(_:as:)``). Nil, nothing is in flight and nothing changed: the
+    /// decides, in ``inFlight(_:hash:as:)``). Nil, nothing is in flight and nothing changed: the
     /// front-end then makes the operation that starts the work, and admits it.
     @inlinable mutating func join<Value>(
         _ key: Key, _ caller: Caller<Value>, asking urgency: Urgency?, watching sink: ProgressSink?
     ) -> Entry<Key, Value>? {
-        guard let work = inFlight(key, as: Value.self) else { return nil }
+        guard let work = inFlight(key, hash: key.hashValue, as: Value.self) else { return nil }
         return join(work, caller, asking: urgency, watching: sink)
     }
 
@@ -23,9 +23,10 @@ extension Machine {
         _ key: Key, as role: CallerRole, at priority: TaskPriority, starting start: TaskPriority,
         policy: AbandonedWorkPolicy, watching sink: ProgressSink?, at now: Duration?
     ) -> Arrival<Key, Value> {
+        let hash = key.hashValue
         if role != .plain, nextExpiry != nil, let now {
             releaseExpired(at: now)
-            let entry = index[key].map { unsafeDowncast($0, to: Work<Key, Value>.self) }
+            let entry = index.work(for: key, hash: hash).map { unsafeDowncast($0, to: Work<Key, Value>.self) }
             if let entry, case .stored(let value, _) = entry.state.phase {
                 guard role == .consumer else { return .alreadyStored }
                 take(storedIn: entry)
@@ -33,12 +34,13 @@ extension Machine {
             }
         }
         let caller = Caller<Value>.arriving(consumes: role == .consumer)
-        if let work = inFlight(key, as: Value.self) {
+        if let work = inFlight(key, hash: hash, as: Value.self) {
             if role == .prefetcher { work.state.isPrefetch = true }
             let entry = join(work, caller, asking: Urgency(priority), watching: sink)
             return .joins(entry)
         }
-        let work: Work<Key, Value> = newWork(key, runner: .unstarted, policy: policy, floor: Urgency(start), at: now)
+        let work: Work<Key, Value> = newWork(
+            key, hash: hash, runner: .unstarted, policy: policy, floor: Urgency(start), at: now)
         work.state.isPrefetch = role == .prefetcher
         self.start(work)
         var entry = join(work, caller, asking: nil, watching: sink)
@@ -60,10 +62,13 @@ extension Machine {
         _ key: Key, running operation: CoalescibleOperation<Value>, floor: Urgency, policy: AbandonedWorkPolicy,
         at now: Duration?
     ) -> Entry<Key, Value> {
-        if let work = inFlight(key, as: Value.self) {
+        let hash = key.hashValue
+        if let work = inFlight(key, hash: hash, as: Value.self) {
             return Entry(work, slot: work.state.callers.entries.count)
         }
-        return Entry(newWork(key, runner: .operation(operation), policy: policy, floor: floor, at: now), slot: nil)
+        let work: Work<Key, Value> = newWork(
+            key, hash: hash, runner: .operation(operation), policy: policy, floor: floor, at: now)
+        return Entry(work, slot: nil)
     }
 
     /// Event: `operation`, asking for `urgency` (what the app set on it), was `taken` for `plan`,

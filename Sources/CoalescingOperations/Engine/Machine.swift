@@ -24,7 +24,7 @@ import Foundation
 @usableFromInline struct Machine<Key: Hashable & Sendable> {
     /// Work a new caller joins. An entry leaves in the step its work is decided or forgotten, and
     /// only if it still holds that work.
-    @usableFromInline var index: [Key: AnyWork<Key>] = [:]
+    @usableFromInline var index = WorkIndex<Key>()
     /// Forgotten work still in flight, so that cancelling everything reaches it.
     @usableFromInline var forgotten: [ObjectIdentifier: AnyWork<Key>] = [:]
     @usableFromInline var statistics = CoalescingStatistics()
@@ -46,11 +46,11 @@ import Foundation
 
     // MARK: Arriving
 
-    /// The work a new caller of `key` joins, if any.
-    @inlinable func inFlight<Value>(_ key: Key, as _: Value.Type) -> Work<Key, Value>? {
+    /// The work a new caller of `key`, whose hash is `hash`, joins, if any.
+    @inlinable func inFlight<Value>(_ key: Key, hash: Int, as _: Value.Type) -> Work<Key, Value>? {
         // Every work under a key has the key's `Value` type: the operations' keys include it, and
         // a task coalescer has one.
-        guard let entry = index[key] else { return nil }
+        guard let entry = index.work(for: key, hash: hash) else { return nil }
         let work = unsafeDowncast(entry, to: Work<Key, Value>.self)
         switch work.state.phase {
         case .running: return work
@@ -59,17 +59,19 @@ import Foundation
         }
     }
 
-    /// New work under `key`, numbered as the next to start; nothing knows of it until ``start(_:)``.
+    /// New work under `key`, whose hash is `hash`, numbered as the next to start; nothing knows of it
+    /// until ``start(_:)``.
     @inlinable func newWork<Value>(
-        _ key: Key, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, at now: Duration?
+        _ key: Key, hash: Int, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency, at now: Duration?
     ) -> Work<Key, Value> {
         Work(
-            key: key, number: statistics.workStarted + 1, runner: runner, policy: policy, floor: floor, startedAt: now)
+            key: key, hash: hash, number: statistics.workStarted + 1, runner: runner, policy: policy, floor: floor,
+            startedAt: now)
     }
 
     /// The step of an arrival that starts new work: it is indexed under its key, counted, recorded.
     @inlinable mutating func start<Value>(_ work: Work<Key, Value>) {
-        index[work.key] = work
+        index.insert(work)
         let number = statistics.countStart()
         precondition(number == work.number, "Machine: work \(work.number) started as number \(number)")
         record(.workStarted(key: work.key, work: work.number))
@@ -245,7 +247,7 @@ import Foundation
         var storing: DispatchGroup?
         // A prefetch that no consumer waits for keeps its value, indexed, for the next one.
         if work.state.isPrefetch, case .success(let value) = result, let timeout = prefetchTimeout, let now,
-            index[work.key] === work, !work.state.callers.hasConsumer
+            index.work(for: work.key, hash: work.hash) === work, !work.state.callers.hasConsumer
         {
             let expiry = now + timeout
             work.state.phase = .stored(value, until: expiry)
@@ -311,12 +313,7 @@ import Foundation
     /// Takes decided or forgotten work out of the index, if it still holds it, or out of the
     /// forgotten work.
     @inlinable mutating func unindex(_ work: AnyWork<Key>) {
-        // One lookup, not two: hashing the key is most of what this costs.
-        if let entry = index.index(forKey: work.key), index.values[entry] === work {
-            index.remove(at: entry)
-        } else {
-            forgotten[ObjectIdentifier(work)] = nil
-        }
+        if !index.remove(work) { forgotten[ObjectIdentifier(work)] = nil }
     }
 
     // MARK: Controls
@@ -325,8 +322,8 @@ import Foundation
     /// stored for it is dropped.
     mutating func forget(where matches: (Key) -> Bool) -> Dropped<Key> {
         var dropped = Dropped<Key>()
-        for (key, work) in index where matches(key) {
-            index[key] = nil
+        for work in index.works where matches(work.key) {
+            index.remove(work)
             switch work.stage {
             case .running: forgotten[ObjectIdentifier(work)] = work
             case .stored: dropped.holds.append(work.dropStored())
@@ -341,12 +338,12 @@ import Foundation
     /// `includingForgotten`) and stored results are dropped.
     mutating func cancelAll(where matches: (Key) -> Bool, includingForgotten: Bool) -> Dropped<Key> {
         var cancelled = Dropped<Key>()
-        for (key, work) in index where matches(key) {
+        for work in index.works where matches(work.key) {
             switch work.stage {
             case .running:
                 cancelled.works.append(work)
             case .stored:
-                index[key] = nil
+                index.remove(work)
                 cancelled.holds.append(work.dropStored())
                 cancelled.found = true
             case .deciding, .ended:
@@ -444,7 +441,7 @@ import Foundation
     /// The step of a consumer's arrival that takes `work`'s stored value: counted as a caller who
     /// joined the prefetch and was served.
     @usableFromInline mutating func take<Value>(storedIn work: Work<Key, Value>) {
-        index[work.key] = nil
+        index.remove(work)
         work.state.phase = .ended
         statistics.countArrival(joining: true)
         statistics.callersServed += 1
@@ -455,10 +452,10 @@ import Foundation
     @usableFromInline mutating func releaseExpired(at now: Duration) {
         guard let nextExpiry, now >= nextExpiry else { return }
         var earliest: Duration?
-        for (key, work) in index {
+        for work in index.works {
             switch work.stage {
             case .stored(let expiry) where expiry <= now:
-                index[key] = nil
+                index.remove(work)
                 // Past its expiry, the task that stored it has long been out of its end.
                 _ = work.dropStored()
             case .stored(let expiry):

@@ -5,6 +5,8 @@ import Foundation
 @usableFromInline class AnyWork<Key: Hashable & Sendable>: @unchecked Sendable {
     // @unchecked: immutable; the state, in the subclass, is guarded by its engine's lock.
     @usableFromInline let key: Key
+    /// The key's hash, taken once as the key arrived: see ``WorkIndex``.
+    @usableFromInline let hash: Int
     /// Its number in its coalescer, 1 for the first, as its events name it.
     @usableFromInline let number: Int
     /// What happens when the last caller withdraws.
@@ -17,10 +19,11 @@ import Foundation
     @usableFromInline let begin: (inout Machine<Key>, AnyWork<Key>) -> Begun
 
     @inlinable init(
-        key: Key, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?,
+        key: Key, hash: Int, number: Int, policy: AbandonedWorkPolicy, startedAt: Duration?,
         begin: @escaping (inout Machine<Key>, AnyWork<Key>) -> Begun
     ) {
-        (self.key, self.number, self.policy, self.startedAt, self.begin) = (key, number, policy, startedAt, begin)
+        (self.key, self.hash, self.number, self.policy) = (key, hash, number, policy)
+        (self.startedAt, self.begin) = (startedAt, begin)
     }
 
     /// Where the work stands, its stored value left out.
@@ -43,12 +46,12 @@ import Foundation
     @usableFromInline @exclusivity(unchecked) var state: WorkState<Value>
 
     @inlinable init(
-        key: Key, number: Int, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency,
+        key: Key, hash: Int, number: Int, runner: Runner<Value>, policy: AbandonedWorkPolicy, floor: Urgency,
         startedAt: Duration?
     ) {
         let risesOnly = if case .operation = runner { false } else { true }
         state = WorkState(runner: runner, priority: PriorityState(floor: floor, risesOnly: risesOnly))
-        super.init(key: key, number: number, policy: policy, startedAt: startedAt) { machine, work in
+        super.init(key: key, hash: hash, number: number, policy: policy, startedAt: startedAt) { machine, work in
             machine.begin(unsafeDowncast(work, to: Work<Key, Value>.self))
         }
     }

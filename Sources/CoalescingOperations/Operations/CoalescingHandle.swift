@@ -18,19 +18,22 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// What `enqueue` did with the caller.
     public let admission: Admission
 
-    /// The caller's engine, and its entry there: its work and slot; nil for an ignored enqueue.
-    @usableFromInline let engine: Engine<OperationKey>?
-    @usableFromInline let entry: Entry<OperationKey, Value>?
+    /// The caller's engine, its work and its slot there; no work for an ignored enqueue. Not the
+    /// whole ``Entry``: a handle that carried its flags cost every join ~30 instructions to copy and
+    /// to destroy (BENCHMARKS.md, issue 45).
+    @usableFromInline let engine: Engine<OperationKey>
+    @usableFromInline let work: Work<OperationKey, Value>?
+    @usableFromInline let slot: Int?
 
     /// The handle of a caller admitted by `engine`.
     @inlinable init(_ admitted: Admitted<OperationKey, Value>, of engine: Engine<OperationKey>) {
         switch admitted {
         case .starts(let entry):
-            (admission, self.engine, self.entry) = (.startedWork, engine, entry)
+            (admission, self.engine, work, slot) = (.startedWork, engine, entry.work, entry.slot)
         case .joins(let entry):
-            (admission, self.engine, self.entry) = (.joinedWork, engine, entry)
+            (admission, self.engine, work, slot) = (.joinedWork, engine, entry.work, entry.slot)
         case .turnsAway(_, let runs):
-            (admission, self.engine, entry) = (runs ? .startedWork : .ignored, nil, nil)
+            (admission, self.engine, work, slot) = (runs ? .startedWork : .ignored, engine, nil, nil)
         }
     }
 
@@ -39,7 +42,7 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     /// withdraws, the work is cancelled, or runs on if its
     /// ``CoalescibleOperation/abandonedWorkPolicy`` says so. Calling it again does nothing.
     public func withdraw() {
-        if let engine, let entry { engine.withdraw(entry.work, slot: entry.slot, reason: .withdrawn) }
+        if let work { engine.withdraw(work, slot: slot, reason: .withdrawn) }
     }
 
     /// Changes how urgent this caller is. While the work waits on its queue, it runs at the
@@ -48,6 +51,6 @@ public struct CoalescingHandle<Value: Sendable>: Sendable {
     ///
     /// - Parameter priority: The caller's new priority; nil asks for nothing.
     public func setPriority(_ priority: OperationPriority?) {
-        if let engine, let entry { engine.reprioritize(entry.work, slot: entry.slot, to: priority.map(Urgency.init)) }
+        if let work { engine.reprioritize(work, slot: slot, to: priority.map(Urgency.init)) }
     }
 }

@@ -15,7 +15,7 @@ import Foundation
 /// ```
 ///
 /// Share one manager between every part of the app that should coalesce with the others. Finding
-/// work in flight costs one dictionary look-up, whatever the number of pending operations.
+/// work in flight costs one hash-table look-up, whatever the number of pending operations.
 ///
 /// All methods are safe to call from any thread, including from completion handlers. Work in
 /// flight keeps what it needs to finish (the index, the statistics and the observer), not the
