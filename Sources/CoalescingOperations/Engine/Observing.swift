@@ -171,9 +171,9 @@ extension CoalescingEvent: CustomStringConvertible {
         }
     }
 
-    /// The same event under another key: the manager reports identifiers, not its inner keys.
     /// The same event with its key transformed: for a front-end whose in-process key carries more
-    /// than the key its users see (the Postgres coalescer's keys carry how often they were forgotten).
+    /// than the key its users see (the manager reports identifiers, not its keys, which hold the
+    /// `Value` type too; the Postgres coalescer's keys carry how often they were forgotten).
     ///
     /// - Parameter transform: Maps this event's key to the one to report.
     /// - Returns: The event, under the transformed key.
