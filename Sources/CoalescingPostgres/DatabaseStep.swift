@@ -220,29 +220,9 @@ struct DatabaseStep: Sendable {
     }
 }
 
-/// What a leader hands the session: its result, encoded, to publish for the other processes before
-/// its lock is released.
-struct Publication: Sendable, Hashable {
-    static let threw: Int16 = 1
-    static let tooLarge: Int16 = 2
-    /// A notification's payload is at most 8000 bytes; a small value travels in it, so that the
-    /// processes waiting need not read the table.
-    static let inlineLimit = 4000
-
-    let lock: Int64
-    let key: String
-    let started: Int64
-    let generation: Int
-    /// The row's sequence value once the result is written to the table; 0 for a result that
-    /// travels in its notification, which the session numbers as it sends it.
-    var sequence: Int64 = 0
-    let value: Data?
-    /// 0 for a value, `threw` or `tooLarge` for a failure.
-    let failureKind: Int16
-    let failure: String
-    /// ` <key in hex> <value as JSON>`, or empty when the value does not fit in a notification.
-    let inline: String
-
+// The encoding of a leader's result, beside the step that records one too large; the publication
+// itself is a plain value, in Channel.swift.
+extension Publication {
     init<Value: Encodable>(
         _ result: Result<Value, any Error>, key: String, lock: Int64, started: Int64, generation: Int, limit: Int,
         recorder: StepRecorder

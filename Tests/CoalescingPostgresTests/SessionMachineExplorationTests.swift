@@ -348,10 +348,12 @@ final class SessionMachineExplorationTests: XCTestCase {
                 "step \(index) publishes",
                 { world, _ in
                     world.steps[index].publishing = true
+                    // The machines read a publication's lock and generation only, and this test its
+                    // key: the value is what a leader's `"v"` encodes to, not copied into `inline`,
+                    // since the notifications here carry no value.
                     let publication = Publication(
-                        Result<String, any Error>.success("v"), key: "k\(index)", lock: lock, started: 1,
-                        generation: generation, limit: 100,
-                        recorder: StepRecorder(logger: .init(label: "x"), observer: nil))
+                        lock: lock, key: "k\(index)", started: 1, generation: generation, value: Data(#""v""#.utf8),
+                        failureKind: 0, failure: "", inline: "")
                     _ = world.machine.publish(publication)
                 }
             ),
