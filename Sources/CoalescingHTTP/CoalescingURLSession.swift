@@ -343,8 +343,8 @@ final class Loads: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     /// Tells the callers of a refused body at once, and stops its task from another queue:
     /// FoundationNetworking often ignores a cancel made inside the delegate call that delivers the
     /// body, and reads the body to its end, however long. Its cancel still waits for the session's
-    /// own queue, which a transfer at loopback speed can hold for a second or two; what arrives
-    /// meanwhile is dropped.
+    /// own queue, which a transfer at loopback speed can hold for a second or two, and now and then
+    /// until the body ends (Guarantee 42); what arrives meanwhile is dropped.
     private func stop(_ task: URLSessionDataTask, telling callers: () -> Void) {
         callers()
         DispatchQueue.global().async { self.cancel(task) }
