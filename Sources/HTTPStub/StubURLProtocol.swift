@@ -82,12 +82,14 @@ final class StubURLProtocol: URLProtocol {
 /// comes first.
 final class StubExchange: @unchecked Sendable {
     // @unchecked: `pendingAnswer` and `isDone` are guarded by `lock`. `loader`, a URLProtocol,
-    // is not Sendable: it is only used to call its client, which URLSession lets any thread call.
+    // is not Sendable: its client is only called on `queue`, where the session calls the loader.
     private let lock = NSLock()
     private var pendingAnswer: DispatchWorkItem?
     private var isDone = false
     private let loader: StubURLProtocol
     private weak var stub: HTTPStub?
+    /// Where the session's client is called: see ``queue(of:)``.
+    private let queue: DispatchQueue
     /// The request's URL.
     let url: URL
     /// The request's method.
@@ -99,14 +101,14 @@ final class StubExchange: @unchecked Sendable {
         self.loader = loader
         self.url = url
         self.stub = stub
+        queue = Self.queue(of: loader.task)
     }
 
     /// Answers `response` after its delay, unless the session has stopped loading by then.
     func answer(_ response: StubResponse) {
         let item = DispatchWorkItem { [self] in
-            // The answer goes out whole under the lock that `stop()` takes: a session that cancels
-            // meanwhile waits for it, and is never called back after it stopped loading (which
-            // traps FoundationNetworking, once the task has left its session).
+            // The answer goes out whole, under the lock that `stop()` takes: a session that
+            // cancels meanwhile is never called back after it stopped loading.
             claimed { client in
                 let head = HTTPURLResponse(
                     url: url, statusCode: response.statusCode, httpVersion: "HTTP/1.1", headerFields: response.headers)!
@@ -124,12 +126,14 @@ final class StubExchange: @unchecked Sendable {
         lock.withLock { pendingAnswer = item }
         let (seconds, attoseconds) = response.delay.components
         let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
-        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds), execute: item)
+        queue.asyncAfter(deadline: .now() + .nanoseconds(nanoseconds), execute: item)
     }
 
     /// Fails the request with `error`, unless it is already answered or stopped.
     func fail(_ error: URLError) {
-        claimed { client in client.urlProtocol(loader, didFailWithError: error) }
+        queue.async { [self] in
+            claimed { client in client.urlProtocol(loader, didFailWithError: error) }
+        }
     }
 
     /// The session cancelled the request: the stub counts it as abandoned if it was not answered.
@@ -151,5 +155,25 @@ final class StubExchange: @unchecked Sendable {
             isDone = true
             if let client = loader.client { body(client) }
         }
+    }
+
+    /// The serial queue FoundationNetworking runs `task` on, where it calls `startLoading()` and
+    /// `stopLoading()`, or a queue of the exchange's own where there is none to find.
+    ///
+    /// FoundationNetworking's client reads and writes the session's table of tasks unlocked,
+    /// trusting to be called on that queue: called from another thread while the session adds or
+    /// removes another task, it crashed the test process now and then. The queue is an internal
+    /// property, found by reflection: if it goes, `testManyRequestsOfOneSessionAnsweredAndCancelled…`
+    /// crashes again. Apple's Foundation reflects nothing of its tasks, and its client may be
+    /// called from any thread.
+    static func queue(of task: URLSessionTask?) -> DispatchQueue {
+        var mirror = task.map { Mirror(reflecting: $0) }
+        while let type = mirror {
+            if let queue = type.children.first(where: { $0.label == "workQueue" })?.value as? DispatchQueue {
+                return queue
+            }
+            mirror = type.superclassMirror
+        }
+        return DispatchQueue(label: "HTTPStub.exchange")
     }
 }

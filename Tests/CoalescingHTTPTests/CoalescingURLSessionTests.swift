@@ -101,6 +101,38 @@ final class CoalescingURLSessionTests: XCTestCase {
         XCTAssertLessThanOrEqual(statistics.workSucceeded, stub.requestCount(path: "/me"), "seed \(seed)")
     }
 
+    /// Guarantees 36 and 2: many different requests of one session in flight at once, some of
+    /// their callers cancelled, each get their own response or withdraw, while the session adds and
+    /// removes tasks around every answer. The stub used to answer from threads of its own, racing
+    /// FoundationNetworking's unlocked table of the session's tasks, and this test crashed in it
+    /// every time. It answers on each task's own queue, as a real transfer does.
+    func testManyRequestsOfOneSessionAnsweredAndCancelledAtOnceEachHearOnce() async throws {
+        let stub = self.stub!
+        let http = makeSession()
+        var random = SplitMix64(seed: UInt64.random(in: 0...UInt64.max))
+        var served = 0
+        for round in 0..<200 {
+            let plan = (0..<32).map { _ in Int.random(in: 0..<4, using: &random) == 0 }
+            let callers = plan.indices.map { index in
+                Task { statusCode(try await http.data(for: makeRequest(stub, "/me?round=\(round)&caller=\(index)")).1) }
+            }
+            for (caller, cancels) in zip(callers, plan) where cancels { caller.cancel() }
+            for caller in callers {
+                do {
+                    let status = try await caller.value
+                    XCTAssertEqual(status, 200, "round \(round)")
+                    served += 1
+                } catch is CancellationError {}
+            }
+        }
+        let statistics = http.statistics
+        XCTAssertEqual(statistics.callersWaiting, 0)
+        XCTAssertEqual(statistics.callersServed, served)
+        XCTAssertEqual(statistics.workSucceeded, served, "every request its own")
+        XCTAssertEqual(statistics.callersArrived, statistics.callersServed + statistics.callersWithdrawn)
+        XCTAssertGreaterThan(served, 200 * 32 / 2)
+    }
+
     // MARK: Guarantee 38: priority
 
     /// Guarantee 38: the data task runs at its most urgent caller's priority, mapped to
