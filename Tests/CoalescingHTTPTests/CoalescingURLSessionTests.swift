@@ -67,28 +67,18 @@ final class CoalescingURLSessionTests: XCTestCase {
     func testCallersArrivingAsTheResponseLandsAllHearOnce() async throws {
         let stub = self.stub!
         let http = makeSession()
-        let seed =
-            ProcessInfo.processInfo.environment["COALESCING_HTTP_STRESS_SEED"].flatMap { UInt64($0) }
-            ?? UInt64.random(in: 0...UInt64.max)
+        let seed = stressSeed()
         var random = SplitMix64(seed: seed)
         var (served, withdrawn) = (0, 0)
         for round in 0..<500 {
             let plan = (0..<Int.random(in: 1...12, using: &random)).map { _ in
                 Int.random(in: 0..<5, using: &random) == 0
             }
-            let callers = plan.map { _ in Task { statusCode(try await http.data(for: makeRequest(stub, "/me")).1) } }
-            for (caller, cancels) in zip(callers, plan) where cancels { caller.cancel() }
-            for caller in callers {
-                do {
-                    let status = try await caller.value
-                    XCTAssertEqual(status, 200, "seed \(seed), round \(round)")
-                    served += 1
-                } catch is CancellationError {
-                    withdrawn += 1
-                } catch {
-                    XCTFail("seed \(seed), round \(round): \(error); replay with COALESCING_HTTP_STRESS_SEED=\(seed)")
-                }
+            let heard = await callers(plan, through: http, "seed \(seed), round \(round)") { _ in
+                makeRequest(stub, "/me")
             }
+            served += heard.served
+            withdrawn += heard.withdrawn
         }
         let statistics = http.statistics
         XCTAssertEqual(statistics.callersWaiting, 0, "seed \(seed)")
@@ -105,32 +95,54 @@ final class CoalescingURLSessionTests: XCTestCase {
     /// their callers cancelled, each get their own response or withdraw, while the session adds and
     /// removes tasks around every answer. The stub used to answer from threads of its own, racing
     /// FoundationNetworking's unlocked table of the session's tasks, and this test crashed in it
-    /// every time. It answers on each task's own queue, as a real transfer does.
+    /// every time. It answers on each task's own queue, as a real transfer does. Seeded as above.
     func testManyRequestsOfOneSessionAnsweredAndCancelledAtOnceEachHearOnce() async throws {
         let stub = self.stub!
         let http = makeSession()
-        var random = SplitMix64(seed: UInt64.random(in: 0...UInt64.max))
+        let seed = stressSeed()
+        var random = SplitMix64(seed: seed)
         var served = 0
         for round in 0..<200 {
             let plan = (0..<32).map { _ in Int.random(in: 0..<4, using: &random) == 0 }
-            let callers = plan.indices.map { index in
-                Task { statusCode(try await http.data(for: makeRequest(stub, "/me?round=\(round)&caller=\(index)")).1) }
-            }
-            for (caller, cancels) in zip(callers, plan) where cancels { caller.cancel() }
-            for caller in callers {
-                do {
-                    let status = try await caller.value
-                    XCTAssertEqual(status, 200, "round \(round)")
-                    served += 1
-                } catch is CancellationError {}
-            }
+            served += await callers(plan, through: http, "seed \(seed), round \(round)") { index in
+                makeRequest(stub, "/me?round=\(round)&caller=\(index)")
+            }.served
         }
         let statistics = http.statistics
-        XCTAssertEqual(statistics.callersWaiting, 0)
-        XCTAssertEqual(statistics.callersServed, served)
-        XCTAssertEqual(statistics.workSucceeded, served, "every request its own")
-        XCTAssertEqual(statistics.callersArrived, statistics.callersServed + statistics.callersWithdrawn)
-        XCTAssertGreaterThan(served, 200 * 32 / 2)
+        XCTAssertEqual(statistics.callersWaiting, 0, "seed \(seed)")
+        XCTAssertEqual(statistics.callersServed, served, "seed \(seed)")
+        XCTAssertEqual(statistics.workSucceeded, served, "every request its own; seed \(seed)")
+        XCTAssertEqual(
+            statistics.callersArrived, statistics.callersServed + statistics.callersWithdrawn, "seed \(seed)")
+        XCTAssertGreaterThan(served, 200 * 32 / 2, "seed \(seed)")
+    }
+
+    private func stressSeed() -> UInt64 {
+        ProcessInfo.processInfo.environment["COALESCING_HTTP_STRESS_SEED"].flatMap { UInt64($0) }
+            ?? UInt64.random(in: 0...UInt64.max)
+    }
+
+    /// Starts a caller per entry of `plan`, of `request(itsIndex)`, cancels those whose entry is
+    /// true, and counts how each ended: served (`200`), or withdrawn.
+    private func callers(
+        _ plan: [Bool], through http: CoalescingURLSession, _ context: String, file: StaticString = #filePath,
+        line: UInt = #line, request: @escaping @Sendable (Int) -> URLRequest
+    ) async -> (served: Int, withdrawn: Int) {
+        let callers = plan.indices.map { index in Task { statusCode(try await http.data(for: request(index)).1) } }
+        for (caller, cancels) in zip(callers, plan) where cancels { caller.cancel() }
+        var (served, withdrawn) = (0, 0)
+        for caller in callers {
+            do {
+                let status = try await caller.value
+                XCTAssertEqual(status, 200, context, file: file, line: line)
+                served += 1
+            } catch is CancellationError {
+                withdrawn += 1
+            } catch {
+                XCTFail("\(context): \(error); replay with COALESCING_HTTP_STRESS_SEED", file: file, line: line)
+            }
+        }
+        return (served, withdrawn)
     }
 
     // MARK: Guarantee 38: priority
